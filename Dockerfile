@@ -1,0 +1,19 @@
+# The sandbox image: Python, git, pytest and the in-sandbox executor.
+# CI builds it offline on a debootstrapped Debian: docker build --build-arg BASE_IMAGE=harness-base:bookworm .
+ARG BASE_IMAGE=python:3.11-slim
+FROM ${BASE_IMAGE}
+
+# On the default public base these install what is missing; on the offline base they are already there.
+RUN command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git \
+        && rm -rf /var/lib/apt/lists/*)
+RUN python3 -c "import pytest" 2>/dev/null || python3 -m pip install --no-cache-dir pytest
+RUN (getent passwd 1000 >/dev/null || (echo "agent:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd \
+        && echo "agent:x:1000:" >> /etc/group)) \
+    && mkdir -p /repo /opt/pristine /opt/harness /run \
+    && git config --system --add safe.directory '*' \
+    && git config --system core.hooksPath /dev/null
+COPY envs/executor.py /opt/harness/executor.py
+ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
+WORKDIR /repo
+USER 1000:1000
+ENTRYPOINT ["python3", "-I", "/opt/harness/executor.py"]

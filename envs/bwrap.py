@@ -1,0 +1,157 @@
+"""The bubblewrap backend: a sandbox made of namespaces and a control group, for hosts with no daemon.
+
+The host's system folders are bound read-only, the repository lives on a size-capped tmpfs at /repo
+(filled from a read-only bind of the start state), there is no network, every capability is dropped,
+and the in-sandbox executor is PID 1. Limits come from a control group when the host lets us make one
+(root, or a delegated cgroup v2 subtree), else from rlimits, which are weaker.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from envs import cgroups
+from envs.channel import ExecutorChannel
+from envs.lifecycle import current_owner, track
+from envs.remote import ExecutorSandbox
+from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+
+EXECUTOR = Path(__file__).with_name("executor.py")
+SANDBOX_UID = 1000
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "nsswitch.conf",
+    "ssl",
+    "ca-certificates",
+    "gitconfig",
+    "mime.types",
+)
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def python_dirs() -> list[str]:
+    """Folders that hold the harness's Python, so the sandbox can run it (and pytest) read-only."""
+    dirs = []
+    for prefix in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}:
+        if not any(prefix == d or prefix.startswith(d + "/") for d in SYSTEM_DIRS):
+            dirs.append(prefix)
+    return sorted(set(dirs))
+
+
+class BwrapIsolation:
+    name = "bwrap"
+
+    def __init__(self, proc: subprocess.Popen[bytes], group: cgroups.Cgroup | None, stderr: Path) -> None:
+        self.proc = proc
+        self.group = group
+        self.stderr = stderr
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def limit_events(self) -> tuple[int, int]:
+        return self.group.events() if self.group is not None else (0, 0)
+
+    def describe(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return f"bwrap pid {self.proc.pid} running"
+        err = self.stderr.read_text(errors="replace")[-2000:]
+        return f"bwrap exited with {code}: {err.strip()}"
+
+    def destroy(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        if self.group is not None:
+            self.group.destroy()
+        self.stderr.unlink(missing_ok=True)
+
+
+def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandbox:
+    """Starts a bubblewrap sandbox whose /repo starts as a copy of `source_dir`."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    owner = current_owner(config.state_dir, config.expiry_s)
+    run_dir = config.state_dir / owner.run_id
+    sandbox_id = uuid.uuid4().hex[:12]
+    sock_path = run_dir / f"{sandbox_id}.sock"
+    channel = ExecutorChannel(sock_path)
+
+    group: cgroups.Cgroup | None = cgroups.Cgroup(f"{cgroups.PARENT}/{owner.run_id}--{sandbox_id}")
+    try:
+        group.create(config.pids_limit, config.memory_mb << 20, config.cpus)  # type: ignore[union-attr]
+    except OSError:
+        group = None  # no writable cgroups here: rlimits below are all we have
+
+    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
+    args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    for name in ETC_FILES:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    identity = run_dir / "etc"
+    if not identity.is_dir():
+        identity.mkdir()
+        (identity / "passwd").write_text(f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n")
+        (identity / "group").write_text(f"root:x:0:\nagent:x:{SANDBOX_UID}:\n")
+    args += ["--ro-bind", str(identity / "passwd"), "/etc/passwd", "--ro-bind", str(identity / "group"), "/etc/group"]
+    for d in python_dirs():
+        args += ["--ro-bind", d, d]
+    args += ["--proc", "/proc", "--dev", "/dev"]
+    args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
+    args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
+    pristine = []
+    if source_dir is not None:
+        args += ["--ro-bind", str(Path(source_dir).resolve()), "/opt/pristine"]
+        pristine = ["--pristine", "/opt/pristine"]
+    args += ["--ro-bind", str(EXECUTOR), "/opt/harness/executor.py"]
+    args += ["--bind", str(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
+    python = os.path.realpath(sys.executable)
+    args += [python, "-I", "/opt/harness/executor.py", "--connect", "/run/harness.sock", "--workdir", WORKDIR]
+    args += [*pristine, "--label", f"{owner.run_id}/{sandbox_id}"]
+
+    # A shell puts itself into the control group and sets rlimits before it becomes bwrap, so not even
+    # bwrap's first fork escapes the limits.
+    setup = [f"echo $$ > {f}" for f in (group.procs_files() if group else [])]
+    setup += [f"ulimit -f {config.disk_mb * 1024 * 2}"]  # largest file, in 512-byte blocks
+    if group is None:
+        setup += [f"ulimit -u {config.pids_limit}", f"ulimit -v {(config.memory_mb + 512) * 1024}"]
+    script = "; ".join(setup) + '; exec "$@"'
+    path_dirs = [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
+    env = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
+    stderr_path = run_dir / f"{sandbox_id}.stderr"
+    with stderr_path.open("wb") as stderr:
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", script, "sh", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            env=env,
+            close_fds=True,
+        )
+    sandbox = ExecutorSandbox(sandbox_id, BwrapIsolation(proc, group, stderr_path), channel, config)
+    track(sandbox)
+    sandbox.start()
+    return sandbox

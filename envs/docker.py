@@ -1,0 +1,137 @@
+"""The Docker backend: one container per sandbox, through the Docker SDK, closed by default.
+
+No network, every capability dropped, no new privileges, pids / memory / CPU limits, a read-only root
+with size-capped tmpfs for /repo and /tmp, and labels naming the owner run and an expiry. The executor
+is the container's entrypoint (PID 1) and connects back over a bound socket file, so a command costs a
+socket round trip, not a `docker exec`.
+"""
+
+from __future__ import annotations
+
+import functools
+import uuid
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from envs import cgroups
+from envs.channel import ExecutorChannel
+from envs.lifecycle import current_owner, track
+from envs.remote import ExecutorSandbox
+from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+
+EXECUTOR = Path(__file__).with_name("executor.py")
+API_TIMEOUT_S = 30
+"""Every call to the daemon is bounded: a stopped daemon is an infra error, not a hang."""
+
+
+@functools.cache
+def client() -> docker.DockerClient:
+    return docker.from_env(timeout=API_TIMEOUT_S)
+
+
+def daemon_answers() -> bool:
+    try:
+        return bool(docker.from_env(timeout=3).ping())
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return False
+
+
+class DockerIsolation:
+    name = "docker"
+
+    def __init__(self, container: Any) -> None:
+        self.container = container
+        self.group = _container_cgroup(container.id)
+
+    def alive(self) -> bool:
+        try:
+            self.container.reload()
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return False
+        return bool(self.container.status in ("created", "running"))
+
+    def limit_events(self) -> tuple[int, int]:
+        return self.group.events() if self.group is not None else (0, 0)
+
+    def describe(self) -> str:
+        try:
+            self.container.reload()
+            state = self.container.attrs["State"]
+            logs = self.container.logs(tail=20).decode(errors="replace").strip()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+            return f"container {self.container.short_id}: {e}"
+        return (
+            f"container {self.container.short_id} {state['Status']} exit={state['ExitCode']} "
+            f"oom_killed={state['OOMKilled']} {logs}"
+        )
+
+    def destroy(self) -> None:
+        try:
+            self.container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            pass  # the reaper removes it at the next start: it carries our labels
+
+
+def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
+    """The container's control group on the host, to read its limit counters (cgroupfs or systemd)."""
+    for path in (f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"):
+        group = cgroups.Cgroup(path)
+        if all(d.is_dir() for d in group.dirs.values()):
+            return group
+    return None
+
+
+def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | None = None) -> ExecutorSandbox:
+    """Starts a container from `image` (default: the config's) whose /repo starts as `source_dir`."""
+    owner = current_owner(config.state_dir, config.expiry_s)
+    sandbox_id = uuid.uuid4().hex[:12]
+    sock_path = config.state_dir / owner.run_id / f"{sandbox_id}.sock"
+    channel = ExecutorChannel(sock_path)
+    volumes = {
+        str(sock_path): {"bind": "/run/harness.sock", "mode": "rw"},
+        str(EXECUTOR): {"bind": "/opt/harness/executor.py", "mode": "ro"},
+    }
+    command = ["--connect", "/run/harness.sock", "--workdir", WORKDIR, "--label", f"{owner.run_id}/{sandbox_id}"]
+    if source_dir is not None:
+        volumes[str(Path(source_dir).resolve())] = {"bind": "/opt/pristine", "mode": "ro"}
+    command += ["--pristine", "/opt/pristine"]
+    try:
+        container = client().containers.run(
+            image or config.image,
+            command=command,
+            detach=True,
+            name=f"harness-{owner.run_id}-{sandbox_id}",
+            labels={**owner.labels(), "harness.sandbox": sandbox_id},
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            pids_limit=config.pids_limit,
+            mem_limit=config.memory_mb << 20,
+            memswap_limit=config.memory_mb << 20,
+            nano_cpus=int(config.cpus * 1e9),
+            read_only=True,
+            tmpfs={
+                WORKDIR: f"size={config.disk_mb}m,uid=1000,gid=1000,mode=0755",
+                "/tmp": f"size={config.tmp_mb}m,mode=1777",
+            },
+            volumes=volumes,
+            user="1000:1000",
+            working_dir=WORKDIR,
+            ulimits=[docker.types.Ulimit(name="fsize", soft=config.disk_mb << 20, hard=config.disk_mb << 20)],
+        )
+    except docker.errors.ImageNotFound as e:
+        channel.close()
+        raise SandboxError(f"image {image or config.image!r} not found: build it with `make image`") from e
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+        channel.close()
+        raise SandboxError(f"docker could not start a sandbox: {e}") from e
+    sandbox = ExecutorSandbox(sandbox_id, DockerIsolation(container), channel, config)
+    track(sandbox)
+    sandbox.start()
+    return sandbox

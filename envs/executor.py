@@ -1,0 +1,441 @@
+"""In-sandbox executor: the long-lived process that runs the agent's commands inside a sandbox.
+
+It is PID 1 of the sandbox's PID namespace (Docker's entrypoint, or bwrap with --as-pid-1), so every
+process of the sandbox is its descendant and `kill(-1, ...)` reaches all of them, detached or not. It
+connects back to the harness over a Unix socket bound into the sandbox and answers JSON-line requests
+one at a time. Python standard library only: it runs on whatever python3 the sandbox has.
+
+Requests (one JSON object a line) and their answers:
+  {"op": "ping"}                                   -> {"ok": true, "pid": 1}
+  {"op": "exec", "cmd": "...", "timeout": s, ...}  -> {"ok": true, "exit_code": .., "output": .., ...}
+  {"op": "read", "path": p, "max_bytes": n}        -> {"ok": true, "data": base64, "size": n}
+  {"op": "write", "path": p, "data": base64}       -> {"ok": true}
+  {"op": "tar_out", "path": p}                     -> {"ok": true, "data": base64 tar}
+  {"op": "tar_in", "path": p, "data": base64 tar}  -> {"ok": true}
+  {"op": "reset"}                                  -> {"ok": true}  (kill everything, restore the workdir)
+Errors come back as {"ok": false, "error": "..."}; the executor itself never exits on a bad request.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import errno
+import io
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import sys
+import tarfile
+import time
+
+CHUNK = 65536
+PROC_POLL_S = 0.02
+
+
+class OutputCap:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts what lies between."""
+
+    def __init__(self, limit: int) -> None:
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def feed(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data:
+            self.tail += data[-self.tail_limit :] if self.tail_limit else b""
+            excess = len(self.tail) - self.tail_limit
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def truncated(self) -> bool:
+        return self.total > len(self.head) + len(self.tail)
+
+    def text(self) -> str:
+        if not self.truncated:
+            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+        elided = self.total - len(self.head) - len(self.tail)
+        marker = f"\n[... {elided} bytes of output elided ...]\n"
+        return self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace")
+
+
+def other_pids() -> list[int]:
+    """Every process in this PID namespace except the executor itself."""
+    me = os.getpid()
+    pids = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != me:
+            pids.append(int(name))
+    return pids
+
+
+CHILD_WAKEUP: tuple[int, int] = (-1, -1)
+"""A pipe that SIGCHLD writes to (signal.set_wakeup_fd), so select() wakes the moment a child exits."""
+
+
+def watch_children() -> None:
+    global CHILD_WAKEUP
+    r, w = os.pipe()
+    os.set_blocking(r, False)
+    os.set_blocking(w, False)
+    CHILD_WAKEUP = (r, w)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+
+
+def drain_wakeups() -> None:
+    try:
+        while os.read(CHILD_WAKEUP[0], 4096):
+            pass
+    except BlockingIOError:
+        pass
+
+
+def reap() -> dict[int, int]:
+    """Collects every exited child (we are PID 1, orphans land here too); returns pid -> wait status."""
+    statuses = {}
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+        statuses[pid] = status
+    return statuses
+
+
+def kill_all(grace_s: float) -> bool:
+    """TERM every other process, KILL what is left after the grace period. True when none survive."""
+    try:
+        os.kill(-1, signal.SIGTERM)
+    except ProcessLookupError:
+        return True
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not other_pids():
+            return True
+        time.sleep(0.01)
+    for _ in range(200):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.005)
+        reap()
+        if not other_pids():
+            return True
+    return not other_pids()
+
+
+def child_setup() -> None:  # runs in the forked child before exec
+    signal.set_wakeup_fd(-1)
+    os.setsid()
+    try:  # the agent's processes, not the executor, are what the OOM killer should pick
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")
+    except OSError:
+        pass
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+
+class Executor:
+    def __init__(self, workdir: str, pristine: str | None, shell: str, env: dict[str, str]) -> None:
+        self.workdir = workdir
+        self.pristine = pristine
+        self.shell = shell
+        self.env = env
+
+    # ---- exec ---------------------------------------------------------------------------------
+    def run(self, req: dict) -> dict:
+        cmd = req["cmd"]
+        timeout = float(req.get("timeout", 60.0))
+        grace = float(req.get("grace", 2.0))
+        cap = OutputCap(int(req.get("max_output", 10_000)))
+        cwd = req.get("cwd") or self.workdir
+        env = dict(self.env)
+        env.update(req.get("env") or {})
+        stdin_data = req.get("stdin")
+        argv = cmd if isinstance(cmd, list) else [self.shell, "-c", cmd]
+
+        start = time.monotonic()
+        read_fd, write_fd = os.pipe()
+        in_read, in_write = os.pipe()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            for fd in (read_fd, write_fd, in_read, in_write):
+                os.close(fd)
+            return {"ok": False, "error": f"cannot fork: {e}", "cannot_fork": True}
+        if pid == 0:  # child
+            try:
+                child_setup()
+                os.dup2(in_read, 0)
+                os.dup2(write_fd, 1)
+                os.dup2(write_fd, 2)
+                os.chdir(cwd)
+                os.execvpe(argv[0], argv, env)
+            except BaseException as e:  # report exec failures through the pipe
+                try:
+                    os.write(2, f"exec failed: {e}\n".encode())
+                finally:
+                    os._exit(127)
+        os.close(write_fd)
+        os.close(in_read)
+        if stdin_data:
+            try:
+                os.write(in_write, stdin_data.encode()[:CHUNK])
+            except OSError:
+                pass
+        os.close(in_write)
+
+        status: int | None = None
+        timed_out = False
+        peak_procs = 1
+        last_poll = 0.0
+        pipe_open = True
+        deadline = start + timeout
+        while True:
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                break
+            watched = [read_fd, CHILD_WAKEUP[0]] if pipe_open else [CHILD_WAKEUP[0]]
+            ready, _, _ = select.select(watched, [], [], min(0.05, deadline - now))
+            if CHILD_WAKEUP[0] in ready:
+                drain_wakeups()
+            if read_fd in ready:
+                data = os.read(read_fd, CHUNK)
+                if data:
+                    cap.feed(data)
+                else:
+                    pipe_open = False
+            statuses = reap()
+            if pid in statuses:
+                status = statuses[pid]
+            if now - last_poll > PROC_POLL_S:
+                last_poll = now
+                peak_procs = max(peak_procs, len(other_pids()))
+            if status is not None:
+                # The command is done; drain what is already written, but never wait on a detached
+                # child that keeps the pipe open.
+                drain_until = time.monotonic() + 0.05
+                while pipe_open and time.monotonic() < drain_until:
+                    ready, _, _ = select.select([read_fd], [], [], 0.01)
+                    if not ready:
+                        break
+                    data = os.read(read_fd, CHUNK)
+                    if not data:
+                        pipe_open = False
+                    else:
+                        cap.feed(data)
+                break
+
+        leftovers = bool(other_pids())
+        clean = kill_all(grace if timed_out else 0.2) if (timed_out or leftovers) else True
+        statuses = reap()
+        if status is None and pid in statuses and not timed_out:
+            status = statuses[pid]
+        os.close(read_fd)
+        exit_code: int | None = None
+        signal_num: int | None = None
+        if status is not None and not timed_out:
+            if os.WIFEXITED(status):
+                exit_code = os.WEXITSTATUS(status)
+            elif os.WIFSIGNALED(status):
+                signal_num = os.WTERMSIG(status)
+                exit_code = 128 + signal_num
+        return {
+            "ok": True,
+            "exit_code": exit_code,
+            "signal": signal_num,
+            "timed_out": timed_out,
+            "truncated": cap.truncated,
+            "output": cap.text(),
+            "output_bytes": cap.total,
+            "duration_s": time.monotonic() - start,
+            "peak_procs": peak_procs,
+            "killed_leftovers": leftovers or timed_out,
+            "clean": clean,
+        }
+
+    # ---- files --------------------------------------------------------------------------------
+    def resolve(self, path: str) -> str:
+        return path if os.path.isabs(path) else os.path.join(self.workdir, path)
+
+    def read(self, req: dict) -> dict:
+        path = self.resolve(req["path"])
+        max_bytes = int(req.get("max_bytes", 1 << 24))
+        size = os.path.getsize(path)
+        if size > max_bytes:
+            return {"ok": False, "error": f"{req['path']}: {size} bytes, over the limit of {max_bytes}"}
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+        return {"ok": True, "data": base64.b64encode(data).decode(), "size": len(data)}
+
+    def write(self, req: dict) -> dict:
+        path = self.resolve(req["path"])
+        parent = os.path.dirname(path)
+        if parent:
+            os.makedirs(parent, exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(base64.b64decode(req["data"]))
+        if "mode" in req:
+            os.chmod(path, int(req["mode"]))
+        return {"ok": True}
+
+    def tar_out(self, req: dict) -> dict:
+        path = self.resolve(req["path"])
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            for name in sorted(os.listdir(path)):
+                tar.add(os.path.join(path, name), arcname=name)
+        return {"ok": True, "data": base64.b64encode(buf.getvalue()).decode()}
+
+    def tar_in(self, req: dict) -> dict:
+        path = self.resolve(req["path"])
+        os.makedirs(path, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["data"])), mode="r") as tar:
+            tar.extractall(path, filter="tar")
+        return {"ok": True}
+
+    # ---- reset --------------------------------------------------------------------------------
+    def populate(self) -> None:
+        clear_dir(self.workdir)
+        if self.pristine and os.path.isdir(self.pristine):
+            copy_tree(self.pristine, self.workdir)
+
+    def reset(self, req: dict) -> dict:
+        clean = kill_all(float(req.get("grace", 0.5)))
+        reap()
+        self.populate()
+        for extra in req.get("clear", []):
+            clear_dir(extra)
+        return {"ok": True, "clean": clean}
+
+    def handle(self, req: dict) -> dict:
+        op = req.get("op")
+        try:
+            if op == "ping":
+                return {"ok": True, "pid": os.getpid(), "procs": len(other_pids())}
+            if op == "exec":
+                return self.run(req)
+            if op == "read":
+                return self.read(req)
+            if op == "write":
+                return self.write(req)
+            if op == "tar_out":
+                return self.tar_out(req)
+            if op == "tar_in":
+                return self.tar_in(req)
+            if op == "reset":
+                return self.reset(req)
+            return {"ok": False, "error": f"unknown op {op!r}"}
+        except (OSError, KeyError, ValueError, tarfile.TarError) as e:
+            return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+def clear_dir(path: str) -> None:
+    if not os.path.isdir(path):
+        os.makedirs(path, exist_ok=True)
+        return
+    for name in os.listdir(path):
+        full = os.path.join(path, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+            if os.path.exists(full):  # read-only dirs made by the agent
+                for root, dirs, _ in os.walk(full):
+                    for d in dirs:
+                        os.chmod(os.path.join(root, d), 0o700)
+                os.chmod(full, 0o700)
+                shutil.rmtree(full, ignore_errors=True)
+        else:
+            os.unlink(full)
+
+
+def copy_tree(src: str, dst: str) -> None:
+    for name in os.listdir(src):
+        s, d = os.path.join(src, name), os.path.join(dst, name)
+        if os.path.isdir(s) and not os.path.islink(s):
+            shutil.copytree(s, d, symlinks=True, copy_function=shutil.copy)
+        elif os.path.islink(s):
+            os.symlink(os.readlink(s), d)
+        else:
+            shutil.copy(s, d)
+
+
+def serve(sock: socket.socket, executor: Executor) -> None:
+    reader = sock.makefile("rb")
+    while True:
+        line = reader.readline()
+        if not line:
+            return
+        try:
+            req = json.loads(line)
+        except ValueError as e:
+            reply: dict = {"ok": False, "error": f"bad request: {e}"}
+        else:
+            reply = executor.handle(req)
+            if "id" in req:
+                reply["id"] = req["id"]
+        sock.sendall(json.dumps(reply).encode() + b"\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--connect", required=True, help="Unix socket of the harness")
+    parser.add_argument("--workdir", default="/repo")
+    parser.add_argument("--pristine", default=None, help="read-only start state copied into workdir")
+    parser.add_argument("--shell", default="/bin/sh")
+    parser.add_argument("--label", default="", help="run and sandbox id, for ps and the reaper")
+    args = parser.parse_args()
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    try:  # a process of the agent with our uid must not be able to ptrace the executor
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        "HOME": os.environ.get("HOME", "/tmp"),
+        "LANG": "C.UTF-8",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TERM": "dumb",
+    }
+    watch_children()
+    executor = Executor(args.workdir, args.pristine, args.shell, env)
+    executor.populate()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    for _ in range(100):
+        try:
+            sock.connect(args.connect)
+            break
+        except OSError as e:
+            if e.errno not in (errno.ENOENT, errno.ECONNREFUSED):
+                raise
+            time.sleep(0.02)
+    sock.sendall(json.dumps({"ok": True, "hello": os.getpid()}).encode() + b"\n")
+    serve(sock, executor)
+    kill_all(0.2)
+    sys.exit(0)
+
+
+if __name__ == "__main__":
+    main()

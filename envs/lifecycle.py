@@ -1,0 +1,187 @@
+"""Who owns a sandbox, closing them all on SIGINT / SIGTERM, and the reaper of dead runs' leftovers.
+
+Every sandbox carries its owner: run id, host, runner pid and that pid's start time (so a reused pid is
+not mistaken for the runner), and an expiry. At start-up the reaper removes the sandboxes whose owner is
+dead, or, when the owner is on another host and cannot be checked, whose expiry has passed. A live
+run's sandboxes are never touched.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import signal
+import socket
+import threading
+import time
+import uuid
+import weakref
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+import psutil
+from pydantic import BaseModel, ConfigDict
+
+from envs import cgroups
+
+LABEL = "harness.run"
+
+
+class Owner(BaseModel):
+    """The runner process that made a sandbox."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    run_id: str
+    host: str
+    pid: int
+    pid_start: float
+    expires: float
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL: self.run_id,
+            "harness.host": self.host,
+            "harness.pid": str(self.pid),
+            "harness.pid_start": repr(self.pid_start),
+            "harness.expires": repr(self.expires),
+        }
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str]) -> Owner:
+        return cls(
+            run_id=labels[LABEL],
+            host=labels["harness.host"],
+            pid=int(labels["harness.pid"]),
+            pid_start=float(labels["harness.pid_start"]),
+            expires=float(labels["harness.expires"]),
+        )
+
+    def is_dead(self, now: float | None = None) -> bool:
+        """True when the owner is gone for sure: dead here, or expired elsewhere."""
+        if self.host != socket.gethostname():
+            return (now or time.time()) > self.expires
+        try:
+            return abs(psutil.Process(self.pid).create_time() - self.pid_start) > 0.5
+        except psutil.NoSuchProcess:
+            return True
+
+
+_owner: Owner | None = None
+_owner_lock = threading.Lock()
+
+
+def current_owner(state_dir: Path, expiry_s: float) -> Owner:
+    """This process's owner record, written once to `state_dir/RUN/owner.json`."""
+    global _owner
+    with _owner_lock:
+        if _owner is None or _owner.pid != os.getpid():  # a forked child is a run of its own
+            pid = os.getpid()
+            _owner = Owner(
+                run_id=f"r{pid}-{uuid.uuid4().hex[:8]}",
+                host=socket.gethostname(),
+                pid=pid,
+                pid_start=psutil.Process(pid).create_time(),
+                expires=time.time() + expiry_s,
+            )
+            run_dir = state_dir / _owner.run_id
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "owner.json").write_text(_owner.model_dump_json())
+        return _owner
+
+
+# ---- closing on exit and on signals ---------------------------------------------------------------
+
+
+class Closable(Protocol):
+    def close(self) -> None: ...
+
+
+_open: weakref.WeakSet[Closable] = weakref.WeakSet()  # type: ignore[type-var]
+
+
+def track(sandbox: Closable) -> None:
+    """Registers a sandbox to be closed at exit, SIGINT or SIGTERM."""
+    _open.add(sandbox)
+
+
+def close_all() -> None:
+    for sandbox in list(_open):
+        try:
+            sandbox.close()
+        except Exception:  # closing everything matters more than one failure
+            pass
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    close_all()
+    signal.signal(signum, signal.SIG_DFL)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    os.kill(os.getpid(), signum)
+
+
+def install_signal_handlers() -> None:
+    """SIGINT and SIGTERM close every sandbox of this process, then act as usual."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_signal)
+        signal.signal(signal.SIGTERM, _on_signal)
+
+
+atexit.register(close_all)
+
+
+# ---- the reaper ---------------------------------------------------------------------------------
+
+
+class ReapReport(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    containers: int = 0
+    groups: int = 0
+    run_dirs: int = 0
+
+
+def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
+    """Removes every sandbox, control group and state folder whose owner run is dead."""
+    report = ReapReport()
+    me = _owner.run_id if _owner is not None else None
+    if state_dir.is_dir():
+        for run_dir in state_dir.iterdir():
+            if run_dir.name == me:
+                continue
+            try:
+                owner = Owner.model_validate_json((run_dir / "owner.json").read_text())
+            except (OSError, ValueError):
+                owner = None
+            if owner is not None and not owner.is_dead():
+                continue
+            for group in cgroups.run_groups(run_dir.name):
+                group.destroy()
+                report.groups += 1
+            shutil.rmtree(run_dir, ignore_errors=True)
+            report.run_dirs += 1
+    if docker_client is not None:
+        report.containers = _reap_containers(docker_client, me)
+    return report
+
+
+def _reap_containers(client: object, me: str | None) -> int:
+    import docker.errors
+
+    removed = 0
+    for container in client.containers.list(all=True, filters={"label": LABEL}):  # type: ignore[attr-defined]
+        try:
+            owner = Owner.from_labels(container.labels)
+        except (KeyError, ValueError):
+            continue
+        if owner.run_id == me or not owner.is_dead():
+            continue
+        try:
+            container.remove(force=True)
+            removed += 1
+        except docker.errors.NotFound:
+            pass
+    return removed

@@ -1,0 +1,116 @@
+"""The Sandbox protocol, its config, and the result of a command. Backends match the protocol."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+WORKDIR = "/repo"
+"""Where the repository lives inside every sandbox, on every backend."""
+
+
+class SandboxError(RuntimeError):
+    """The sandbox failed for the harness's own reasons (daemon down, executor gone): an infra error."""
+
+
+class SandboxUnusable(SandboxError):
+    """The sandbox can no longer be trusted (it died, cannot fork, ran out of memory); replace it."""
+
+
+class SandboxConfig(BaseModel):
+    """How sandboxes are made. The defaults are closed: no network, small limits."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["auto", "docker", "bwrap"] = "auto"
+    """`auto` picks Docker when a daemon answers, else bubblewrap."""
+    image: str = "harness-sandbox:latest"
+    """Docker image of the sandbox (built from the project's Dockerfile)."""
+    memory_mb: int = Field(default=2048, ge=64)
+    """Memory limit of the whole sandbox, tmpfs included."""
+    pids_limit: int = Field(default=256, ge=16)
+    """Most processes and threads alive at once in the sandbox."""
+    cpus: float = Field(default=1.0, gt=0)
+    """CPU quota, in cores."""
+    disk_mb: int = Field(default=1024, ge=16)
+    """Size of the writable repository area (a tmpfs)."""
+    tmp_mb: int = Field(default=256, ge=16)
+    """Size of /tmp in the sandbox (a tmpfs)."""
+    command_timeout_s: float = Field(default=60.0, gt=0)
+    """Default hard timeout of one command."""
+    kill_grace_s: float = Field(default=2.0, ge=0)
+    """Time between SIGTERM and SIGKILL when a command times out."""
+    max_output_bytes: int = Field(default=10_000, ge=256)
+    """Output kept per command: the first and last halves; the middle is elided with a marker."""
+    start_timeout_s: float = Field(default=60.0, gt=0)
+    """How long a sandbox may take to start before it counts as an infra error."""
+    expiry_s: float = Field(default=6 * 3600.0, gt=0)
+    """A sandbox older than this whose owner cannot be checked is removed by the reaper."""
+    state_dir: Path = Path("/tmp/harness-sandboxes")
+    """Host folder for executor sockets and run ownership records."""
+
+
+class CommandResult(BaseModel):
+    """What one command did. `exit_code` is None when it timed out."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exit_code: int | None
+    output: str
+    timed_out: bool
+    truncated: bool
+    duration_s: float
+    output_bytes: int = 0
+    """Bytes the command wrote in all, before capping."""
+    failure: str | None = None
+    """Why the sandbox became unusable during this command (pids or memory exhausted, died), if it did."""
+    replaced: bool = False
+    """The sandbox was replaced by a fresh one after this command (the workspace was carried over)."""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out
+
+
+class Sandbox(Protocol):
+    """A repository in an isolated machine: run commands, move files, go back to the start state."""
+
+    id: str
+
+    def run(
+        self,
+        cmd: str | list[str],
+        *,
+        timeout: float | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: str | None = None,
+    ) -> CommandResult:
+        """Runs a shell command (a string) or an argv (a list) in the repository, with a hard timeout."""
+        ...
+
+    def read_file(self, path: str, max_bytes: int = 1 << 24) -> bytes:
+        """Reads a file; relative paths are relative to the repository."""
+        ...
+
+    def write_file(self, path: str, data: bytes) -> None:
+        """Writes a file, making its folders."""
+        ...
+
+    def copy_in(self, src: Path, dest: str = WORKDIR) -> None:
+        """Copies the contents of a host folder into a sandbox folder."""
+        ...
+
+    def copy_out(self, src: str, dest: Path) -> None:
+        """Copies the contents of a sandbox folder into a host folder."""
+        ...
+
+    def reset(self) -> None:
+        """Kills every process and puts the repository back to its start state."""
+        ...
+
+    def close(self) -> None:
+        """Removes the sandbox. Safe to call twice."""
+        ...
