@@ -45,7 +45,11 @@ def bwrap_path() -> str | None:
 def python_dirs() -> list[str]:
     """Folders that hold the harness's Python, so the sandbox can run it (and pytest) read-only."""
     dirs = []
-    for prefix in {sys.base_prefix, sys.prefix, os.path.dirname(os.path.dirname(os.path.realpath(sys.executable)))}:
+    for prefix in {
+        sys.base_prefix,
+        sys.prefix,
+        os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
+    }:
         if not any(prefix == d or prefix.startswith(d + "/") for d in SYSTEM_DIRS):
             dirs.append(prefix)
     return sorted(set(dirs))
@@ -114,9 +118,18 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     identity = run_dir / "etc"
     if not identity.is_dir():
         identity.mkdir()
-        (identity / "passwd").write_text(f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n")
+        (identity / "passwd").write_text(
+            f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"
+        )
         (identity / "group").write_text(f"root:x:0:\nagent:x:{SANDBOX_UID}:\n")
-    args += ["--ro-bind", str(identity / "passwd"), "/etc/passwd", "--ro-bind", str(identity / "group"), "/etc/group"]
+    args += [
+        "--ro-bind",
+        str(identity / "passwd"),
+        "/etc/passwd",
+        "--ro-bind",
+        str(identity / "group"),
+        "/etc/group",
+    ]
     for d in python_dirs():
         args += ["--ro-bind", d, d]
     args += ["--proc", "/proc", "--dev", "/dev"]
@@ -128,6 +141,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         pristine = ["--pristine", "/opt/pristine"]
     args += ["--ro-bind", str(EXECUTOR), "/opt/harness/executor.py"]
     args += ["--bind", str(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
+    args += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: files put there would outlive a reset
     python = os.path.realpath(sys.executable)
     args += [python, "-I", "/opt/harness/executor.py", "--connect", "/run/harness.sock", "--workdir", WORKDIR]
     args += [*pristine, "--label", f"{owner.run_id}/{sandbox_id}"]

@@ -118,5 +118,7 @@ def run_groups(run_id: str, root: Path = ROOT) -> list[Cgroup]:
     if not base.is_dir():
         return []
     return [
-        Cgroup(f"{PARENT}/{d.name}", root) for d in base.iterdir() if d.is_dir() and d.name.startswith(f"{run_id}--")
+        Cgroup(f"{PARENT}/{d.name}", root)
+        for d in base.iterdir()
+        if d.is_dir() and d.name.startswith(f"{run_id}--")
     ]

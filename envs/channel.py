@@ -42,7 +42,9 @@ class ExecutorChannel:
                 if not alive():
                     raise SandboxError(f"sandbox exited before its executor started: {describe()}") from None
                 if time.monotonic() > deadline:
-                    raise SandboxError(f"executor did not start within {timeout:.0f}s: {describe()}") from None
+                    raise SandboxError(
+                        f"executor did not start within {timeout:.0f}s: {describe()}"
+                    ) from None
         self._listener.close()
         self._listener = None
         self._sock = sock

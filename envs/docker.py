@@ -97,7 +97,14 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
         str(sock_path): {"bind": "/run/harness.sock", "mode": "rw"},
         str(EXECUTOR): {"bind": "/opt/harness/executor.py", "mode": "ro"},
     }
-    command = ["--connect", "/run/harness.sock", "--workdir", WORKDIR, "--label", f"{owner.run_id}/{sandbox_id}"]
+    command = [
+        "--connect",
+        "/run/harness.sock",
+        "--workdir",
+        WORKDIR,
+        "--label",
+        f"{owner.run_id}/{sandbox_id}",
+    ]
     if source_dir is not None:
         volumes[str(Path(source_dir).resolve())] = {"bind": "/opt/pristine", "mode": "ro"}
     command += ["--pristine", "/opt/pristine"]
@@ -116,9 +123,9 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
             memswap_limit=config.memory_mb << 20,
             nano_cpus=int(config.cpus * 1e9),
             read_only=True,
-            tmpfs={
-                WORKDIR: f"size={config.disk_mb}m,uid=1000,gid=1000,mode=0755",
-                "/tmp": f"size={config.tmp_mb}m,mode=1777",
+            tmpfs={  # Docker mounts a tmpfs noexec unless told: the repository's scripts must run
+                WORKDIR: f"size={config.disk_mb}m,uid=1000,gid=1000,mode=0755,exec",
+                "/tmp": f"size={config.tmp_mb}m,mode=1777,exec",
             },
             volumes=volumes,
             user="1000:1000",

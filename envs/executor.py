@@ -24,6 +24,7 @@ import errno
 import io
 import json
 import os
+import re
 import select
 import shutil
 import signal
@@ -34,6 +35,7 @@ import time
 
 CHUNK = 65536
 PROC_POLL_S = 0.02
+UNDECODABLE = re.compile("[\udc80-\udcff]")
 
 
 class OutputCap:
@@ -64,10 +66,16 @@ class OutputCap:
 
     def text(self) -> str:
         if not self.truncated:
-            return (bytes(self.head) + bytes(self.tail)).decode("utf-8", "replace")
+            return decode(bytes(self.head) + bytes(self.tail))
         elided = self.total - len(self.head) - len(self.tail)
         marker = f"\n[... {elided} bytes of output elided ...]\n"
-        return self.head.decode("utf-8", "replace") + marker + self.tail.decode("utf-8", "replace")
+        return decode(self.head) + marker + decode(self.tail)
+
+
+def decode(data: bytes | bytearray) -> str:
+    """UTF-8 with each undecodable byte shown as one '?' (U+FFFD takes three), so the text of binary
+    output is no bigger than the bytes kept."""
+    return UNDECODABLE.sub("?", data.decode("utf-8", "surrogateescape"))
 
 
 def other_pids() -> list[int]:
@@ -148,8 +156,8 @@ def child_setup() -> None:  # runs in the forked child before exec
             f.write("1000")
     except OSError:
         pass
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    for signum in (signal.SIGPIPE, signal.SIGCHLD, signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_DFL)  # ignored signals would stay ignored across exec
 
 
 class Executor:
@@ -309,7 +317,10 @@ class Executor:
         path = self.resolve(req["path"])
         os.makedirs(path, exist_ok=True)
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(req["data"])), mode="r") as tar:
-            tar.extractall(path, filter="tar")
+            if hasattr(tarfile, "data_filter"):  # extraction filters came in 3.11.4; Debian 12 has 3.11.2
+                tar.extractall(path, filter="tar")
+            else:
+                tar.extractall(path)
         return {"ok": True}
 
     # ---- reset --------------------------------------------------------------------------------

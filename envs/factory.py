@@ -21,7 +21,9 @@ def resolve_backend(name: str) -> str:
     raise SandboxError("no sandbox backend: the Docker daemon does not answer and bwrap is not installed")
 
 
-def start_sandbox(config: SandboxConfig, source_dir: Path | None = None, image: str | None = None) -> ExecutorSandbox:
+def start_sandbox(
+    config: SandboxConfig, source_dir: Path | None = None, image: str | None = None
+) -> ExecutorSandbox:
     """Starts a sandbox whose /repo is a copy of `source_dir` (or of the image's /opt/pristine)."""
     backend = resolve_backend(config.backend)
     if backend == "docker":

@@ -89,7 +89,21 @@ def current_owner(state_dir: Path, expiry_s: float) -> Owner:
             run_dir = state_dir / _owner.run_id
             run_dir.mkdir(parents=True, exist_ok=True)
             (run_dir / "owner.json").write_text(_owner.model_dump_json())
+            reap(state_dir, _docker_client())  # a run's first sandbox clears what dead runs left
         return _owner
+
+
+def _docker_client() -> object | None:
+    import docker
+    import docker.errors
+    import requests.exceptions
+
+    try:
+        client = docker.from_env(timeout=5)
+        client.ping()
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        return None
+    return client
 
 
 # ---- closing on exit and on signals ---------------------------------------------------------------
@@ -99,7 +113,7 @@ class Closable(Protocol):
     def close(self) -> None: ...
 
 
-_open: weakref.WeakSet[Closable] = weakref.WeakSet()  # type: ignore[type-var]
+_open: weakref.WeakSet[Closable] = weakref.WeakSet()
 
 
 def track(sandbox: Closable) -> None:

@@ -39,7 +39,9 @@ class Isolation(Protocol):
 class ExecutorSandbox:
     """A sandbox driven through its in-sandbox executor. Matches `envs.sandbox.Sandbox`."""
 
-    def __init__(self, sandbox_id: str, isolation: Isolation, channel: ExecutorChannel, config: SandboxConfig):
+    def __init__(
+        self, sandbox_id: str, isolation: Isolation, channel: ExecutorChannel, config: SandboxConfig
+    ):
         self.id = sandbox_id
         self.backend = isolation.name
         self.isolation = isolation
@@ -120,6 +122,21 @@ class ExecutorSandbox:
         with tarfile.open(fileobj=io.BytesIO(base64.b64decode(reply["data"])), mode="r") as tar:
             tar.extractall(dest, filter="data")
 
+    def salvage(self, dest: Path) -> bool:
+        """Copies the repository out of a sandbox that failed but whose executor still answers."""
+        if self._closed:
+            return False
+        try:
+            reply = self.channel.call({"op": "tar_out", "path": WORKDIR}, timeout=30.0)
+        except SandboxError:
+            return False
+        if not reply["ok"]:
+            return False
+        dest.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(reply["data"])), mode="r") as tar:
+            tar.extractall(dest, filter="data")
+        return True
+
     def reset(self) -> None:
         self._call({"op": "reset", "grace": 0.2, "clear": ["/tmp"]}, timeout=120.0)
         self._events = self.isolation.limit_events()
@@ -149,7 +166,7 @@ class ExecutorSandbox:
 
     def _death_reason(self, fallback: str) -> str:
         if not self.isolation.alive():
-            pids, ooms = self.isolation.limit_events()
+            _, ooms = self.isolation.limit_events()
             if ooms > self._events[1]:
                 return "the sandbox died: out of memory"
             return f"the sandbox died ({self.isolation.describe()})"

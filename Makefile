@@ -1,0 +1,42 @@
+# `make demo` runs the main job, `make test` the tests; both set up .venv by themselves.
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+IMAGE ?= harness-sandbox:latest
+BASE_IMAGE ?= harness-base:bookworm
+
+.PHONY: setup image test lint bench demo clean
+
+$(BIN)/harness: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(BIN)/harness
+
+setup: $(BIN)/harness
+
+# The sandbox image, built on an offline base made by debootstrap when no registry is reachable.
+image: setup
+	@if docker info >/dev/null 2>&1; then \
+	  docker image inspect $(IMAGE) >/dev/null 2>&1 || { \
+	    bash .ci/build-base-image.sh $(BASE_IMAGE) && \
+	    docker build -q --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
+	else echo "no Docker daemon: the docker backend's tests will skip (fail under CI=true)"; fi
+
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+test: setup image lint
+	$(BIN)/pytest -q --durations=15
+
+bench: setup image
+	$(BIN)/python benchmarks/sandbox.py
+
+demo: setup image
+	$(BIN)/harness demo
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -1,0 +1,226 @@
+"""Grading: the agent's diff, applied to a pristine base in a fresh sandbox, judged by hidden tests.
+
+1. The diff is taken host-side between the pristine base and a copy of the agent's repository; no git
+   runs in, or on, the agent's repository.
+2. Every part touching a test path, test configuration or interpreter start-up hook is dropped.
+3. A fresh sandbox starts from the pristine base; the filtered diff is applied; the hidden tests are
+   written over the result.
+4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
+   report file outside the repository, and a test that is skipped, errored, missing or uncollected
+   counts as failed.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import tempfile
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.factory import start_sandbox
+from envs.remote import ExecutorSandbox
+from envs.reward import RewardConfig, Simplicity, reward, simplicity
+from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
+from tasks.model import Task
+from tasks.patches import diff_trees, filter_patch, split_patch
+
+RUNNER = Path(__file__).with_name("grade_runner.py")
+GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
+Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
+
+
+class Grade(BaseModel):
+    """The full result of grading one patch on one task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    correct: float
+    """1 when every FAIL_TO_PASS and PASS_TO_PASS test passed (or the fraction, with partial credit)."""
+    reward: float
+    fail_to_pass: dict[str, Outcome]
+    pass_to_pass: dict[str, Outcome]
+    patch_applied: bool
+    apply_error: str | None = None
+    dropped_paths: list[str]
+    """Paths of the diff the grader ignored (tests, test settings, start-up hooks)."""
+    simplicity: Simplicity | None
+    duration_s: float
+    infra_error: str | None = None
+    """Set when grading itself failed (sandbox or daemon trouble): not the patch's fault."""
+
+
+def collect_patch(sandbox: Sandbox, task: Task) -> str:
+    """The agent's changes as a git-format patch against the pristine base."""
+    with tempfile.TemporaryDirectory(prefix="harness-collect-") as tmp:
+        new = Path(tmp) / "repo"
+        sandbox.copy_out(WORKDIR, new)
+        return diff_trees(task.repo, new)
+
+
+def _outcome(name: str, outcomes: dict[str, str]) -> Outcome:
+    found = outcomes.get(name)
+    if found in ("passed", "failed", "error", "skipped"):
+        return found  # type: ignore[return-value]
+    return "missing"
+
+
+def _file_contents(sandbox: Sandbox, paths: list[str]) -> dict[str, str]:
+    contents = {}
+    for path in paths:
+        try:
+            contents[path] = sandbox.read_file(path).decode("utf-8", "replace")
+        except SandboxError:
+            contents[path] = ""
+    return contents
+
+
+def grade_patch(
+    task: Task,
+    patch: str,
+    sandbox_config: SandboxConfig,
+    reward_config: RewardConfig | None = None,
+) -> Grade:
+    """Grades `patch` on `task` in a fresh sandbox. Infra failures come back as `infra_error`."""
+    reward_config = reward_config or RewardConfig()
+    started = time.monotonic()
+    filtered, dropped = filter_patch(patch)
+    empty = Grade(
+        task_id=task.id,
+        correct=0.0,
+        reward=0.0,
+        fail_to_pass={},
+        pass_to_pass={},
+        patch_applied=False,
+        dropped_paths=dropped,
+        simplicity=None,
+        duration_s=0.0,
+    )
+    try:
+        sandbox = start_sandbox(sandbox_config, task.repo, task.image)
+    except SandboxError as e:
+        return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
+    try:
+        return _grade_in(sandbox, task, filtered, empty, reward_config, started)
+    except SandboxError as e:
+        return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
+    finally:
+        sandbox.close()
+
+
+def _grade_in(
+    sandbox: ExecutorSandbox,
+    task: Task,
+    patch: str,
+    empty: Grade,
+    reward_config: RewardConfig,
+    started: float,
+) -> Grade:
+    timeout = task.limits.grade_timeout_s
+    for command in task.setup_commands:
+        result = sandbox.run(command, timeout=timeout)
+        if result.exit_code != 0:
+            raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+    changed = sorted({p for part in split_patch(patch) for p in part.paths})
+    before = _file_contents(sandbox, [p for p in changed if p.endswith(".py")])
+    grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
+    if patch.strip():
+        sandbox.write_file(f"{grader_dir}/agent.patch", patch.encode("utf-8", "surrogateescape"))
+        applied = sandbox.run(
+            ["git", "apply", "--whitespace=nowarn", f"{grader_dir}/agent.patch"], timeout=60
+        )
+        if applied.exit_code != 0:
+            return empty.model_copy(
+                update={
+                    "apply_error": applied.output.strip()[-2000:],
+                    "duration_s": time.monotonic() - started,
+                }
+            )
+    after = _file_contents(sandbox, [p for p in changed if p.endswith(".py")])
+    for path, content in task.hidden_tests.files.items():
+        sandbox.write_file(path, content.encode())
+    sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
+    sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
+    report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
+    ids = task.hidden_tests.fail_to_pass + task.hidden_tests.pass_to_pass
+    run = sandbox.run(
+        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, *ids],
+        timeout=timeout,
+        env={"PYTHONHASHSEED": "0"},
+    )
+    try:
+        outcomes: dict[str, str] = json.loads(sandbox.read_file(report))["outcomes"]
+    except (SandboxError, ValueError, KeyError):
+        outcomes = {}  # no report: the run crashed or timed out, so nothing passed
+    f2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.fail_to_pass}
+    p2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.pass_to_pass}
+    passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
+    total = len(f2p) + len(p2p)
+    if reward_config.partial_credit:
+        correct = passed / total
+    else:
+        correct = 1.0 if passed == total and not run.timed_out else 0.0
+    judged = simplicity(patch, task.gold_patch, before, after, reward_config)
+    return Grade(
+        task_id=task.id,
+        correct=correct,
+        reward=reward(correct, judged.penalty, reward_config),
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        patch_applied=True,
+        dropped_paths=empty.dropped_paths,
+        simplicity=judged,
+        duration_s=time.monotonic() - started,
+    )
+
+
+class Validation(BaseModel):
+    """Whether a task grades as it should: its gold patch passes and the empty patch fails, every time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    gold_rewards: list[float]
+    empty_rewards: list[float]
+    problems: list[str]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def validate_task(task: Task, sandbox_config: SandboxConfig, repeats: int = 3) -> Validation:
+    """Grades the gold patch and the empty patch `repeats` times each; any deviation is a problem."""
+    problems: list[str] = []
+    gold_rewards: list[float] = []
+    empty_rewards: list[float] = []
+    if not task.gold_patch:
+        problems.append("no gold patch")
+    for _ in range(repeats if task.gold_patch else 0):
+        g = grade_patch(task, task.gold_patch or "", sandbox_config)
+        gold_rewards.append(g.reward)
+        if g.infra_error:
+            problems.append(f"gold: infra error: {g.infra_error}")
+        elif g.correct != 1.0:
+            failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
+            problems.append(f"gold patch does not pass: {g.apply_error or failing}")
+    for _ in range(repeats):
+        g = grade_patch(task, "", sandbox_config)
+        empty_rewards.append(g.reward)
+        if g.infra_error:
+            problems.append(f"empty: infra error: {g.infra_error}")
+        elif g.correct != 0.0:
+            problems.append("the empty patch passes: the hidden tests do not catch the bug")
+        elif any(v != "passed" for v in g.pass_to_pass.values()):
+            failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
+            problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
+    return Validation(
+        task_id=task.id,
+        gold_rewards=gold_rewards,
+        empty_rewards=empty_rewards,
+        problems=sorted(set(problems)),
+    )

@@ -1,0 +1,173 @@
+"""The reward: correctness from the hidden tests, scaled down by a bounded simplicity penalty.
+
+    reward = correct * (1 - lambda * penalty),   penalty in [0, 1]
+
+so a failing patch never scores above zero, and among passing patches a bloated or messy one scores
+below a clean one, by at most `lambda`. The penalty is a weighted mean of five parts, each in [0, 1]:
+size beyond what the fix needs, files the fix does not need, leftover debug output, commented-out
+code, and new static warnings (pyflakes) in the changed Python files.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from pydantic import BaseModel, ConfigDict, Field
+from pyflakes import checker as pyflakes_checker
+
+from tasks.patches import changed_lines, split_patch
+
+
+class RewardConfig(BaseModel):
+    """How a grade becomes a reward."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    simplicity_lambda: float = Field(default=0.2, ge=0, le=1)
+    """Most a passing patch can lose to the simplicity penalty."""
+    partial_credit: bool = False
+    """`correct` becomes the fraction of hidden tests passed instead of all-or-nothing."""
+    size_budget_lines: int = Field(default=40, ge=1)
+    """Changed lines allowed without penalty when the task has no gold patch."""
+
+
+WEIGHTS = {
+    "size": 0.3,
+    "extra_files": 0.2,
+    "debug_output": 0.2,
+    "commented_code": 0.15,
+    "static_warnings": 0.15,
+}
+DEBUG_LINE = re.compile(
+    r"^\s*(print\(|breakpoint\(\)|import pdb|pdb\.set_trace\(|import ipdb|console\.log\()"
+)
+WARNINGS_COUNTED = (
+    "UnusedImport",
+    "UnusedVariable",
+    "UndefinedName",
+    "RedefinedWhileUnused",
+    "ImportStarUsed",
+)
+
+
+class Simplicity(BaseModel):
+    """What the simplicity term saw in the final diff, and the penalty it gave."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    changed_lines: int
+    gold_changed_lines: int | None
+    extra_files: list[str]
+    debug_lines: list[str]
+    commented_code_lines: list[str]
+    new_warnings: list[str]
+    parts: dict[str, float]
+    """Each part of the penalty, in [0, 1], before weighting."""
+    penalty: float
+
+
+def _clip(x: float) -> float:
+    return min(1.0, max(0.0, x))
+
+
+def _files(patch: str) -> set[str]:
+    return {p for part in split_patch(patch) for p in part.paths}
+
+
+def _is_commented_code(line: str) -> bool:
+    stripped = line.strip()
+    if not stripped.startswith("#"):
+        return False
+    body = stripped.lstrip("#").strip()
+    if not body or body.startswith(("!", "-*-", "type:", "noqa", "pragma")):
+        return False
+    try:
+        tree = ast.parse(body)
+    except SyntaxError:
+        return False
+    # A bare word or constant ("# TODO", "# 42") is prose, not code.
+    return not all(
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Name | ast.Constant) for node in tree.body
+    )
+
+
+def static_warnings(source: str, filename: str) -> list[str]:
+    """pyflakes' warnings of the kinds we count, as 'Kind: message' strings (line numbers dropped)."""
+    try:
+        tree = ast.parse(source, filename=filename)
+    except SyntaxError as e:
+        return [f"SyntaxError: {e.msg}"]
+    found = pyflakes_checker.Checker(tree, filename=filename)
+    out = []
+    for msg in found.messages:
+        kind = type(msg).__name__
+        if kind in WARNINGS_COUNTED:
+            out.append(f"{kind}: {msg.message % msg.message_args}")
+    return out
+
+
+def new_static_warnings(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Warnings in the changed Python files after the patch that were not there before."""
+    new: list[str] = []
+    for path, source in sorted(after.items()):
+        if not path.endswith(".py"):
+            continue
+        old = static_warnings(before.get(path, ""), path)
+        for warning in static_warnings(source, path):
+            if warning in old:
+                old.remove(warning)
+            else:
+                new.append(f"{path}: {warning}")
+    return new
+
+
+def simplicity(
+    patch: str,
+    gold_patch: str | None,
+    before: dict[str, str],
+    after: dict[str, str],
+    config: RewardConfig,
+) -> Simplicity:
+    """Judges a (test-filtered) patch. `before` / `after`: contents of its changed files."""
+    added, removed = changed_lines(patch)
+    size = len(added) + len(removed)
+    gold_added: list[str] = []
+    gold_size = None
+    if gold_patch:
+        gold_added, gold_removed = changed_lines(gold_patch)
+        gold_size = len(gold_added) + len(gold_removed)
+        # Up to 1.5x the gold patch is free; 5x or more costs the whole part.
+        size_part = _clip((size / max(gold_size, 1) - 1.5) / 3.5)
+        extra_files = sorted(_files(patch) - _files(gold_patch))
+    else:
+        size_part = _clip((size - config.size_budget_lines) / (4 * config.size_budget_lines))
+        extra_files = []
+    gold_debug = sum(1 for line in gold_added if DEBUG_LINE.match(line))
+    debug = [line for line in added if DEBUG_LINE.match(line)]
+    debug = debug[gold_debug:]  # prints the fix itself needs are not debug output
+    commented = [line for line in added if _is_commented_code(line)]
+    warnings = new_static_warnings(before, after)
+    parts = {
+        "size": size_part,
+        "extra_files": _clip(len(extra_files) / 2),
+        "debug_output": _clip(len(debug) / 2),
+        "commented_code": _clip(len(commented) / 3),
+        "static_warnings": _clip(len(warnings) / 2),
+    }
+    penalty = _clip(sum(WEIGHTS[name] * value for name, value in parts.items()))
+    return Simplicity(
+        changed_lines=size,
+        gold_changed_lines=gold_size,
+        extra_files=extra_files,
+        debug_lines=debug,
+        commented_code_lines=commented,
+        new_warnings=warnings,
+        parts=parts,
+        penalty=penalty,
+    )
+
+
+def reward(correct: float, simplicity_penalty: float, config: RewardConfig) -> float:
+    """reward = correct * (1 - lambda * penalty): never above `correct`, never below 0."""
+    return correct * (1.0 - config.simplicity_lambda * _clip(simplicity_penalty))

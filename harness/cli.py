@@ -1,0 +1,300 @@
+"""The `harness` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from envs.factory import resolve_backend, start_sandbox
+from envs.grading import Grade, Validation, grade_patch, validate_task
+from envs.lifecycle import install_signal_handlers, reap
+from envs.reward import RewardConfig
+from envs.sandbox import SandboxConfig, SandboxError
+from tasks.model import Task
+from tasks.suite import TaskError, load_suite
+
+
+def sandbox_config(args: argparse.Namespace) -> SandboxConfig:
+    fields = {"backend": args.backend}
+    if getattr(args, "timeout", None) is not None:
+        fields["command_timeout_s"] = args.timeout
+    if getattr(args, "image", None):
+        fields["image"] = args.image
+    return SandboxConfig.model_validate(fields)
+
+
+def source_dir(args: argparse.Namespace) -> Path | None:
+    if args.dir is None:
+        return None
+    path = Path(args.dir)
+    if not path.is_dir():
+        raise SystemExit(f"harness: --dir {args.dir}: not a directory")
+    return path
+
+
+def cmd_sandbox_run(args: argparse.Namespace) -> int:
+    command = list(args.command)
+    if command and command[0] == "--":
+        command = command[1:]
+    if not command:
+        raise SystemExit("harness sandbox run: give a command after --")
+    config = sandbox_config(args)
+    sandbox = start_sandbox(config, source_dir(args))
+    try:
+        result = sandbox.run(command[0] if len(command) == 1 else command)
+    finally:
+        sandbox.close()
+    print(
+        json.dumps(result.model_dump(include={"exit_code", "output", "timed_out", "truncated", "duration_s"}))
+    )
+    return 0 if result.exit_code == 0 else 1
+
+
+CWD_MARK = "\x1e__harness_cwd__="
+
+
+def cmd_sandbox_shell(args: argparse.Namespace) -> int:
+    """A line-by-line shell: each line runs in the sandbox; `cd` is carried from line to line."""
+    config = sandbox_config(args)
+    sandbox = start_sandbox(config, source_dir(args))
+    backend = resolve_backend(config.backend)
+    cwd = "/repo"
+    print(
+        f"sandbox {sandbox.id} on {backend}; no network. Type exit or press Ctrl-D to leave.", file=sys.stderr
+    )
+    try:
+        while True:
+            try:
+                line = input(f"sandbox:{cwd}$ ")
+            except EOFError:
+                print(file=sys.stderr)
+                break
+            if line.strip() in ("exit", "logout"):
+                break
+            if not line.strip():
+                continue
+            script = f'cd {shlex.quote(cwd)} && {{ {line}\n}}; s=$?; printf "{CWD_MARK}%s" "$PWD"; exit $s'
+            result = sandbox.run(script)
+            output, _, new_cwd = result.output.rpartition(CWD_MARK)
+            if not _:  # the marker was cut off or never printed
+                output = result.output
+            else:
+                cwd = new_cwd or cwd
+            sys.stdout.write(output)
+            if result.timed_out:
+                print(f"[timed out after {config.command_timeout_s:.0f}s; all its processes were killed]")
+            elif result.exit_code:
+                print(f"[exit {result.exit_code}]")
+    finally:
+        sandbox.close()
+    return 0
+
+
+def cmd_sandbox_reap(args: argparse.Namespace) -> int:
+    config = SandboxConfig()
+    from envs.docker import client, daemon_answers
+
+    report = reap(config.state_dir, client() if daemon_answers() else None)
+    print(report.model_dump_json())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="harness", description="RL harness for coding agents.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    sandbox = sub.add_parser("sandbox", help="run commands in a sandbox")
+    sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
+    for name, func, help_text in (
+        ("run", cmd_sandbox_run, "run one command in a fresh sandbox and print a JSON result"),
+        ("shell", cmd_sandbox_shell, "an interactive shell in a fresh sandbox"),
+    ):
+        p = sandbox_sub.add_parser(name, help=help_text)
+        p.add_argument("--backend", default="auto", help="auto, docker or bwrap (default: auto)")
+        p.add_argument("--dir", default=None, help="folder copied into the sandbox's /repo")
+        p.add_argument("--timeout", type=float, default=None, help="hard timeout of a command, seconds")
+        p.add_argument("--image", default=None, help="Docker image of the sandbox")
+        if name == "run":
+            p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
+        p.set_defaults(func=func)
+    p = sandbox_sub.add_parser("reap", help="remove sandboxes left behind by dead runs")
+    p.set_defaults(func=cmd_sandbox_reap)
+
+    tasks = sub.add_parser("tasks", help="list and validate task suites")
+    tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
+    p = tasks_sub.add_parser("list", help="the tasks of a suite")
+    p.add_argument("--suite", default="builtin", help="a built-in suite's name or a suite folder")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=cmd_tasks_list)
+    p = tasks_sub.add_parser("validate", help="grade each task's gold and empty patches, three times each")
+    p.add_argument("--suite", default="builtin")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_tasks_validate)
+
+    p = sub.add_parser("grade", help="grade a patch file on a task")
+    p.add_argument("--suite", default="builtin")
+    p.add_argument("--task", required=True)
+    p.add_argument("--patch", required=True, help="a git-format patch file ('-' for stdin)")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--simplicity-lambda", type=float, default=None)
+    p.add_argument("--partial-credit", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_grade)
+
+    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
+    demo.add_argument("--backend", default="auto")
+    demo.set_defaults(func=cmd_demo)
+    return parser
+
+
+def select_tasks(suite: str, ids: str | None) -> list[Task]:
+    tasks = load_suite(suite)
+    if ids is None:
+        return tasks
+    wanted = [i.strip() for i in ids.split(",") if i.strip()]
+    known = {t.id: t for t in tasks}
+    unknown = [i for i in wanted if i not in known]
+    if unknown:
+        raise TaskError(f"suite {suite}: no task {', '.join(unknown)}")
+    return [known[i] for i in wanted]
+
+
+def cmd_tasks_list(args: argparse.Namespace) -> int:
+    tasks = load_suite(args.suite)
+    rows = [{"id": t.id, "repository": t.repo_name, "title": t.title} for t in tasks]
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    table = Table(title=f"suite {args.suite}: {len(rows)} tasks")
+    for column in ("id", "repository", "title"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(row["id"], row["repository"], row["title"])
+    Console().print(table)
+    return 0
+
+
+def cmd_tasks_validate(args: argparse.Namespace) -> int:
+    tasks = select_tasks(args.suite, args.tasks)
+    config = SandboxConfig(backend=resolve_backend(args.backend))
+    console = Console(stderr=True)
+    results: list[Validation] = []
+    with (
+        Progress(console=console, transient=args.json) as progress,
+        ThreadPoolExecutor(max(1, args.concurrency)) as pool,
+    ):
+        bar = progress.add_task(f"validating on {config.backend}", total=len(tasks))
+        futures = [pool.submit(validate_task, task, config, args.repeats) for task in tasks]
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            progress.advance(bar)
+            if not result.ok:
+                progress.console.print(f"[red]FAIL[/] {result.task_id}: {'; '.join(result.problems)}")
+    results.sort(key=lambda r: r.task_id)
+    failed = [r.task_id for r in results if not r.ok]
+    if args.json:
+        print(json.dumps([{**r.model_dump(), "ok": r.ok} for r in results], indent=1))
+    else:
+        print(f"{len(results) - len(failed)}/{len(results)} tasks valid on {config.backend}")
+        if failed:
+            print("invalid: " + ", ".join(failed))
+    return 1 if failed else 0
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    (task,) = select_tasks(args.suite, args.task)
+    if args.patch == "-":
+        patch = sys.stdin.read()
+    else:
+        path = Path(args.patch)
+        if not path.is_file():
+            raise SystemExit(f"harness grade: --patch {args.patch}: no such file")
+        patch = path.read_text(errors="surrogateescape")
+    reward_fields: dict[str, object] = {"partial_credit": args.partial_credit}
+    if args.simplicity_lambda is not None:
+        reward_fields["simplicity_lambda"] = args.simplicity_lambda
+    grade = grade_patch(
+        task, patch, SandboxConfig(backend=args.backend), RewardConfig.model_validate(reward_fields)
+    )
+    if args.json:
+        print(grade.model_dump_json(indent=1))
+    else:
+        print_grade(grade)
+    if grade.infra_error:
+        return 3
+    return 0 if grade.correct == 1.0 else 1
+
+
+def print_grade(grade: Grade) -> None:
+    console = Console()
+    verdict = "[green]correct[/]" if grade.correct == 1.0 else "[red]not correct[/]"
+    console.print(
+        f"task {grade.task_id}: {verdict}  reward [bold]{grade.reward:.3f}[/]  ({grade.duration_s:.1f}s)"
+    )
+    if grade.infra_error:
+        console.print(f"[red]infra error[/]: {grade.infra_error}")
+    if grade.apply_error:
+        console.print(f"patch does not apply: {grade.apply_error}")
+    if grade.dropped_paths:
+        console.print(f"ignored (test and start-up paths): {', '.join(grade.dropped_paths)}")
+    table = Table("test", "kind", "outcome")
+    for kind, outcomes in (("FAIL_TO_PASS", grade.fail_to_pass), ("PASS_TO_PASS", grade.pass_to_pass)):
+        for name, outcome in outcomes.items():
+            table.add_row(name, kind, f"[{'green' if outcome == 'passed' else 'red'}]{outcome}[/]")
+    console.print(table)
+    if grade.simplicity is not None:
+        s = grade.simplicity
+        console.print(
+            f"simplicity penalty {s.penalty:.3f}: " + ", ".join(f"{k} {v:.2f}" for k, v in s.parts.items())
+        )
+        for label, items in (
+            ("extra files", s.extra_files),
+            ("debug output", s.debug_lines),
+            ("commented-out code", s.commented_code_lines),
+            ("new warnings", s.new_warnings),
+        ):
+            if items:
+                console.print(f"  {label}: {items}")
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from harness.demo import run_demo
+
+    return run_demo(args.backend)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    install_signal_handlers()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ValidationError as e:
+        print(f"harness: invalid setting: {e}", file=sys.stderr)
+        return 2
+    except SandboxError as e:
+        print(f"harness: sandbox error: {e}", file=sys.stderr)
+        return 3
+    except TaskError as e:
+        print(f"harness: {e}", file=sys.stderr)
+        return 2
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""Diffs between folders, and splitting and filtering of git-format patches.
+
+Host-side git here only ever runs on a git dir this module made itself, with hooks, fsmonitor and
+every user or system config turned off, so nothing from a sandbox's repository can run on the host.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SAFE_GIT_CONFIG = [
+    "-c",
+    "core.hooksPath=/dev/null",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "user.name=harness",
+    "-c",
+    "user.email=harness@localhost",
+    "-c",
+    "init.defaultBranch=main",
+    "-c",
+    "commit.gpgsign=false",
+]
+NOISE = ("__pycache__/", "*.pyc", ".pytest_cache/", "*.egg-info/", ".mypy_cache/", ".ruff_cache/")
+
+
+def safe_git_env(home: str) -> dict[str, str]:
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": home,
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+0000",
+        "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+0000",
+        "LANG": "C",
+    }
+
+
+def git(
+    args: list[str], cwd: Path | None = None, home: str = "/nonexistent", input: bytes | None = None
+) -> bytes:
+    """Runs host git with every external config and hook turned off; raises with git's message."""
+    proc = subprocess.run(
+        ["git", *SAFE_GIT_CONFIG, *args], cwd=cwd, env=safe_git_env(home), capture_output=True, input=input
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"git {' '.join(args[:3])} failed: {proc.stderr.decode(errors='replace').strip()}")
+    return proc.stdout
+
+
+def diff_trees(base: Path, new: Path) -> str:
+    """A git-format patch (binary-safe) that turns folder `base` into folder `new` (`.git` ignored)."""
+    with tempfile.TemporaryDirectory(prefix="harness-diff-") as tmp:
+        git_dir = Path(tmp) / "git"
+        git(["init", "-q", "--bare", str(git_dir)])
+        (git_dir / "info").mkdir(exist_ok=True)
+        (git_dir / "info" / "exclude").write_text("\n".join(NOISE) + "\n")
+        tree_args = [f"--git-dir={git_dir}", "-c", "core.bare=false"]
+        git([*tree_args, f"--work-tree={base}", "add", "-A", "."], cwd=base)
+        git([*tree_args, f"--work-tree={base}", "commit", "-q", "--allow-empty", "-m", "base"], cwd=base)
+        git([*tree_args, f"--work-tree={new}", "add", "-A", "."], cwd=new)
+        out = git(
+            [*tree_args, f"--work-tree={new}", "diff", "--cached", "--binary", "--no-color", "HEAD"], cwd=new
+        )
+    return out.decode("utf-8", "surrogateescape")
+
+
+def commit_tree(folder: Path, message: str = "base") -> str:
+    """Makes `folder` a git repository with a single commit of its contents; returns the commit id."""
+    git(["init", "-q", str(folder)])
+    (folder / ".git" / "info" / "exclude").write_text("\n".join(NOISE) + "\n")
+    git(["add", "-A", "."], cwd=folder)
+    git(["commit", "-q", "--allow-empty", "-m", message], cwd=folder)
+    return git(["rev-parse", "HEAD"], cwd=folder).decode().strip()
+
+
+@dataclass(frozen=True)
+class FilePatch:
+    """The part of a patch that changes one file."""
+
+    old_path: str | None
+    new_path: str | None
+    text: str
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for p in (self.old_path, self.new_path) if p is not None]
+
+
+_HEADER = re.compile(r"^diff --git (?P<a>\S+) (?P<b>\S+)$")
+
+
+def split_patch(patch: str) -> list[FilePatch]:
+    """Splits a git-format patch into its per-file parts (paths without the a/ b/ prefixes)."""
+    parts: list[FilePatch] = []
+    lines = patch.splitlines(keepends=True)
+    starts = [i for i, line in enumerate(lines) if line.startswith("diff --git ")]
+    for k, start in enumerate(starts):
+        end = starts[k + 1] if k + 1 < len(starts) else len(lines)
+        chunk = lines[start:end]
+        match = _HEADER.match(chunk[0].rstrip("\n"))
+        old = new = None
+        if match:
+            old, new = match["a"][2:], match["b"][2:]
+        for line in chunk[1:]:
+            if line.startswith("--- "):
+                old = None if line.strip() == "--- /dev/null" else line[4:].strip()[2:]
+            elif line.startswith("+++ "):
+                new = None if line.strip() == "+++ /dev/null" else line[4:].strip()[2:]
+            elif line.startswith("@@"):
+                break
+        if any(line.startswith("new file mode") for line in chunk[1:4]):
+            old = None
+        if any(line.startswith("deleted file mode") for line in chunk[1:4]):
+            new = None
+        parts.append(FilePatch(old, new, "".join(chunk)))
+    return parts
+
+
+TEST_PATTERNS = (
+    "test_*.py",
+    "*_test.py",
+    "tests.py",
+    "conftest.py",
+    "pytest.ini",
+    "tox.ini",
+    "setup.cfg",
+    "noxfile.py",
+    ".coveragerc",
+)
+STARTUP_PATTERNS = ("sitecustomize.py", "usercustomize.py", "*.pth")
+TEST_DIRS = ("tests", "test", "testing")
+
+
+def is_graded_path(path: str) -> bool:
+    """True for paths the grader owns: tests, test configuration, and interpreter start-up hooks."""
+    parts = Path(path).parts
+    name = parts[-1] if parts else path
+    if any(part in TEST_DIRS for part in parts[:-1]):
+        return True
+    return any(fnmatch.fnmatch(name, pat) for pat in TEST_PATTERNS + STARTUP_PATTERNS)
+
+
+def filter_patch(patch: str) -> tuple[str, list[str]]:
+    """Drops every file part that touches a graded path; returns the rest and the dropped paths."""
+    kept, dropped = [], []
+    for part in split_patch(patch):
+        if any(is_graded_path(p) for p in part.paths):
+            dropped.extend(p for p in part.paths if p not in dropped)
+        else:
+            kept.append(part.text)
+    return "".join(kept), dropped
+
+
+def changed_lines(patch: str) -> tuple[list[str], list[str]]:
+    """The added and removed lines of a patch (text hunks only, without the +/- markers)."""
+    added, removed = [], []
+    for line in patch.splitlines():
+        if line.startswith("+++") or line.startswith("---"):
+            continue
+        if line.startswith("+"):
+            added.append(line[1:])
+        elif line.startswith("-"):
+            removed.append(line[1:])
+    return added, removed

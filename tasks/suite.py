@@ -1,0 +1,206 @@
+"""Task suites: a folder of task folders, loaded by name (built-in) or by path.
+
+A suite folder:
+
+    SUITE/
+      repos/NAME/                the repositories, in their correct (fixed) state
+      TASK_ID/task.yaml          a `TaskFile`
+      TASK_ID/hidden/...         hidden test files, by repository path
+      TASK_ID/gold.patch         optional; else the gold patch is the inverse of the task's `bug` edits
+
+Each task's base repository is materialized once into a cache folder as a git repository with a single
+commit (the repository with the task's `bug` edits applied, or a git repository cut at `base_commit`),
+so the agent's copy has no object newer than its base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from tasks.model import HiddenTests, Limits, Task
+from tasks.patches import commit_tree, diff_trees, git
+
+BUILTIN_SUITES = Path(__file__).with_name("suites")
+
+
+class TaskError(ValueError):
+    """A task file that cannot be used; the message names the file and the field."""
+
+
+class BugEdit(BaseModel):
+    """One exact replacement that turns the correct repository into the task's start state."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path: str
+    old: str = Field(min_length=1)
+    new: str
+    count: int = Field(default=1, ge=1)
+    """How many times `old` must occur in the file (all are replaced)."""
+
+
+class TaskFile(BaseModel):
+    """The content of a task.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    title: str
+    repo: str
+    """A folder under the suite's `repos/`, or a path relative to the task folder."""
+    base_commit: str | None = None
+    """When `repo` is a git repository: the commit the task starts from."""
+    bug: list[BugEdit] = Field(default_factory=list)
+    problem_statement: str
+    setup_commands: list[str] = Field(default_factory=list)
+    test_command: str = "python3 -m pytest -q"
+    fail_to_pass: list[str] = Field(min_length=1)
+    pass_to_pass: list[str] = Field(default_factory=list)
+    gold_patch: str | None = None
+    """A patch file relative to the task folder."""
+    image: str | None = None
+    limits: Limits = Field(default_factory=Limits)
+    tools: list[str] | None = None
+
+
+def cache_root() -> Path:
+    base = os.environ.get("HARNESS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "harness"
+    )
+    return Path(base) / "tasks"
+
+
+def suite_path(name_or_path: str) -> Path:
+    builtin = BUILTIN_SUITES / name_or_path
+    if "/" not in name_or_path and builtin.is_dir():
+        return builtin
+    path = Path(name_or_path)
+    if not path.is_dir():
+        known = ", ".join(sorted(p.name for p in BUILTIN_SUITES.iterdir() if p.is_dir()))
+        raise TaskError(f"suite {name_or_path!r}: not a built-in suite ({known}) nor a folder")
+    return path
+
+
+def load_suite(name_or_path: str) -> list[Task]:
+    """Every task of a suite, sorted by id, with its base repository materialized."""
+    root = suite_path(name_or_path)
+    task_dirs = sorted(p for p in root.iterdir() if (p / "task.yaml").is_file())
+    if not task_dirs:
+        raise TaskError(f"suite {root}: no TASK/task.yaml inside")
+    return [load_task(d, root) for d in task_dirs]
+
+
+def load_task(task_dir: Path, suite_root: Path) -> Task:
+    path = task_dir / "task.yaml"
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise TaskError(f"{path}: not valid YAML: {e}") from e
+    try:
+        spec = TaskFile.model_validate(raw)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise TaskError(f"{path}: {problems}") from e
+
+    source = suite_root / "repos" / spec.repo
+    if not source.is_dir():
+        source = (task_dir / spec.repo).resolve()
+    if not source.is_dir():
+        raise TaskError(f"{path}: repo: no folder {spec.repo!r} under {suite_root / 'repos'} or {task_dir}")
+    hidden_root = task_dir / "hidden"
+    hidden = {
+        str(f.relative_to(hidden_root)): f.read_text()
+        for f in sorted(hidden_root.rglob("*"))
+        if f.is_file() and "__pycache__" not in f.parts
+    }
+    base, commit, inverse = materialize(task_dir.name, source, spec, path)
+    gold = inverse
+    if spec.gold_patch is not None:
+        gold_file = task_dir / spec.gold_patch
+        if not gold_file.is_file():
+            raise TaskError(f"{path}: gold_patch: no file {gold_file}")
+        gold = gold_file.read_text()
+    return Task(
+        id=task_dir.name,
+        title=spec.title,
+        repo=base,
+        repo_name=spec.repo,
+        base_commit=commit,
+        problem_statement=spec.problem_statement,
+        setup_commands=spec.setup_commands,
+        test_command=spec.test_command,
+        hidden_tests=HiddenTests(
+            files=hidden, fail_to_pass=spec.fail_to_pass, pass_to_pass=spec.pass_to_pass
+        ),
+        gold_patch=gold,
+        image=spec.image,
+        limits=spec.limits,
+        tools=spec.tools,
+    )
+
+
+def _fingerprint(source: Path, spec: TaskFile) -> str:
+    h = hashlib.sha256(spec.model_dump_json(include={"bug", "base_commit"}).encode())
+    if spec.base_commit is None:
+        for f in sorted(source.rglob("*")):
+            if f.is_file() and "__pycache__" not in f.parts and ".git" not in f.relative_to(source).parts:
+                h.update(str(f.relative_to(source)).encode() + b"\0" + f.read_bytes() + b"\0")
+    else:
+        h.update(str(source.resolve()).encode())
+    return h.hexdigest()[:16]
+
+
+def materialize(task_id: str, source: Path, spec: TaskFile, path: Path) -> tuple[Path, str, str | None]:
+    """The task's base repository in the cache, its commit id, and the inverse of its bug edits."""
+    target = cache_root() / f"{task_id}-{_fingerprint(source, spec)}"
+    repo = target / "repo"
+    if (target / "done").is_file():
+        inverse = (target / "inverse.patch").read_text() if (target / "inverse.patch").exists() else None
+        return repo, (target / "commit").read_text(), inverse
+    target.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix=f".{task_id}-", dir=target.parent))
+    try:
+        tree = work / "repo"
+        if spec.base_commit is not None:
+            tree.mkdir()
+            archive = git(["-C", str(source), "archive", "--format=tar", spec.base_commit])
+            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+                tar.extractall(tree, filter="data")
+        else:
+            shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+        for i, edit in enumerate(spec.bug):
+            target_file = tree / edit.path
+            if not target_file.is_file():
+                raise TaskError(f"{path}: bug.{i}.path: no file {edit.path!r} in repo {spec.repo!r}")
+            text = target_file.read_text()
+            found = text.count(edit.old)
+            if found != edit.count:
+                raise TaskError(
+                    f"{path}: bug.{i}.old: found {found} times in {edit.path}, expected {edit.count}"
+                )
+            target_file.write_text(text.replace(edit.old, edit.new))
+        inverse = diff_trees(tree, source) if spec.bug else None
+        commit = commit_tree(tree)
+        (work / "commit").write_text(commit)
+        if inverse is not None:
+            (work / "inverse.patch").write_text(inverse)
+        (work / "done").write_text("")
+        try:
+            work.rename(target)
+        except OSError:  # another process materialized it first
+            shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    inverse_file = target / "inverse.patch"
+    return repo, (target / "commit").read_text(), inverse_file.read_text() if inverse_file.exists() else None

@@ -1,0 +1,83 @@
+"""Shared fixtures: real sandboxes on both backends.
+
+In CI (CI=true) a missing backend is a failure, not a skip: the suite must prove both work.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from envs.bwrap import bwrap_path
+from envs.docker import daemon_answers, start_docker
+from envs.bwrap import start_bwrap
+from envs.remote import ExecutorSandbox
+from envs.sandbox import SandboxConfig
+
+BACKENDS = ["docker", "bwrap"]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def backend_missing(name: str) -> str | None:
+    if name == "docker" and not daemon_answers():
+        return "the Docker daemon does not answer"
+    if name == "bwrap" and bwrap_path() is None:
+        return "bwrap is not installed"
+    return None
+
+
+def require_backend(name: str) -> None:
+    why = backend_missing(name)
+    if why is None:
+        return
+    if IN_CI:
+        pytest.fail(f"{name} backend needed in CI: {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    require_backend(request.param)
+    return str(request.param)
+
+
+@pytest.fixture
+def sample_repo(tmp_path: Path) -> Path:
+    """A small repository with a package, a test and a nested folder."""
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_calc.py").write_text(
+        "from pkg.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+    (repo / "README.md").write_text("# sample\n")
+    return repo
+
+
+@pytest.fixture
+def make_sandbox(
+    backend: str, sample_repo: Path
+) -> Iterator[Callable[..., ExecutorSandbox]]:
+    """Starts sandboxes on the test's backend (sample_repo by default) and closes them afterwards."""
+    made: list[ExecutorSandbox] = []
+
+    def make(source: Path | None = None, **overrides: object) -> ExecutorSandbox:
+        config = SandboxConfig(backend=backend, **overrides)  # type: ignore[arg-type]
+        start = start_docker if backend == "docker" else start_bwrap
+        sandbox = start(config, source or sample_repo)
+        made.append(sandbox)
+        return sandbox
+
+    yield make
+    for sandbox in made:
+        sandbox.close()
+
+
+@pytest.fixture
+def sandbox(make_sandbox: Callable[..., ExecutorSandbox]) -> ExecutorSandbox:
+    return make_sandbox()

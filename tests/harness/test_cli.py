@@ -1,0 +1,57 @@
+"""The `harness` command line, run as a user runs it: a real process on real sandboxes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HARNESS = [sys.executable, "-m", "harness.cli"]
+
+
+def harness(*args: str, stdin: str | None = None, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HARNESS, *args], input=stdin, capture_output=True, text=True, timeout=timeout)
+
+
+def test_sandbox_run_prints_a_json_result(backend: str, sample_repo: Path) -> None:
+    proc = harness("sandbox", "run", "--backend", backend, "--dir", str(sample_repo), "--", "cat", "README.md")
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result == {
+        "exit_code": 0,
+        "output": "# sample\n",
+        "timed_out": False,
+        "truncated": False,
+        "duration_s": result["duration_s"],
+    }
+
+
+def test_sandbox_run_reports_timeouts_and_failures(backend: str) -> None:
+    proc = harness("sandbox", "run", "--backend", backend, "--timeout", "1", "--", "echo start; sleep 30")
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1
+    assert result["timed_out"] is True and result["exit_code"] is None
+    assert result["output"] == "start\n"
+    assert result["duration_s"] < 1 + 2 + 1
+
+    proc = harness("sandbox", "run", "--backend", backend, "--", "sh", "-c", "exit 7")
+    assert json.loads(proc.stdout)["exit_code"] == 7
+
+
+def test_sandbox_run_rejects_bad_input(backend: str, tmp_path: Path) -> None:
+    proc = harness("sandbox", "run", "--backend", backend, "--")
+    assert proc.returncode != 0 and "give a command" in proc.stderr
+    proc = harness("sandbox", "run", "--backend", backend, "--dir", str(tmp_path / "missing"), "--", "true")
+    assert proc.returncode != 0 and "not a directory" in proc.stderr
+    proc = harness("sandbox", "run", "--backend", "podman", "--", "true")
+    assert proc.returncode == 2 and "backend" in proc.stderr
+
+
+def test_sandbox_shell_keeps_the_working_folder(backend: str, sample_repo: Path) -> None:
+    session = "ls\ncd pkg\npwd\nfalse\nexit\n"
+    proc = harness("sandbox", "shell", "--backend", backend, "--dir", str(sample_repo), stdin=session)
+    assert proc.returncode == 0, proc.stderr
+    assert "README.md" in proc.stdout
+    assert "/repo/pkg\n" in proc.stdout
+    assert "[exit 1]" in proc.stdout
