@@ -173,3 +173,51 @@ def changed_lines(patch: str) -> tuple[list[str], list[str]]:
         elif line.startswith("-"):
             removed.append(line[1:])
     return added, removed
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """One exact replacement in one file: what an edit tool call does."""
+
+    path: str
+    old: str
+    new: str
+
+
+def patch_as_edits(patch: str) -> list[TextEdit]:
+    """Each hunk of a text patch as an exact replacement (context and removed -> context and added).
+
+    A new file becomes one edit with an empty `old`. Deleted and binary files have no such form and
+    raise ValueError.
+    """
+    edits: list[TextEdit] = []
+    for part in split_patch(patch):
+        if part.new_path is None:
+            raise ValueError(f"{part.old_path}: a deleted file is not an edit")
+        if "GIT binary patch" in part.text or "Binary files" in part.text:
+            raise ValueError(f"{part.new_path}: a binary change is not an edit")
+        old_lines: list[str] = []
+        new_lines: list[str] = []
+        in_hunk = False
+        for line in part.text.splitlines(keepends=True):
+            if line.startswith("@@"):
+                if in_hunk:
+                    edits.append(TextEdit(part.new_path, "".join(old_lines), "".join(new_lines)))
+                old_lines, new_lines, in_hunk = [], [], True
+            elif not in_hunk:
+                continue
+            elif line.startswith("\\"):  # "\ No newline at end of file"
+                for lines in (old_lines, new_lines):
+                    if lines and lines[-1].endswith("\n"):
+                        lines[-1] = lines[-1][:-1]
+            elif line.startswith("-"):
+                old_lines.append(line[1:])
+            elif line.startswith("+"):
+                new_lines.append(line[1:])
+            else:  # context; some tools strip the space of an empty context line
+                text = line[1:] if line.startswith(" ") else line
+                old_lines.append(text)
+                new_lines.append(text)
+        if in_hunk:
+            edits.append(TextEdit(part.new_path, "".join(old_lines), "".join(new_lines)))
+    return edits

@@ -15,7 +15,9 @@ def harness(*args: str, stdin: str | None = None, timeout: float = 60) -> subpro
 
 
 def test_sandbox_run_prints_a_json_result(backend: str, sample_repo: Path) -> None:
-    proc = harness("sandbox", "run", "--backend", backend, "--dir", str(sample_repo), "--", "cat", "README.md")
+    proc = harness(
+        "sandbox", "run", "--backend", backend, "--dir", str(sample_repo), "--", "cat", "README.md"
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result == {

@@ -1,0 +1,179 @@
+"""`CodingEnv`: a task as a Gymnasium environment. An action is one tool call; the reward comes once.
+
+    obs, info = env.reset(options={"task": task_or_id})     # the problem statement
+    obs, reward, terminated, truncated, info = env.step('{"name": "read_file", "arguments": {...}}')
+
+`terminated` is set by submit, `truncated` by the task's turn or wall-time limit; either way the
+repository is graded in a fresh sandbox and the reward arrives on that final step, with the grade's
+breakdown in `info["grade"]`. The tools come in from outside (`harness` wires `tools.Toolbox`), so this
+module depends on nothing to its right.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, ClassVar, Protocol
+
+import gymnasium as gym
+from gymnasium import spaces
+
+from envs.factory import start_sandbox
+from envs.grading import Grade, collect_patch, grade_patch
+from envs.replacing import ReplacingSandbox
+from envs.reward import RewardConfig
+from envs.sandbox import Sandbox, SandboxConfig, SandboxError
+from tasks.model import Task
+
+MAX_TEXT = 200_000
+# Every character an observation may hold: tab, newlines, and the printable planes (no surrogates).
+CHARSET = (
+    "\t\n\r" + "".join(chr(c) for c in range(32, 0xD800)) + "".join(chr(c) for c in range(0xE000, 0x10000))
+)
+
+
+class ToolObservation(Protocol):
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def is_error(self) -> bool: ...
+
+    @property
+    def submitted(self) -> bool: ...
+
+
+class ToolRunner(Protocol):
+    """What the env needs of the tools: `tools.Toolbox` matches it."""
+
+    def call(self, sandbox: Sandbox, name: str, arguments: dict[str, Any] | str) -> ToolObservation: ...
+
+    def schemas(self) -> list[dict[str, Any]]: ...
+
+
+def task_prompt(task: Task) -> str:
+    return (
+        f"# {task.title}\n\n{task.problem_statement.strip()}\n\n"
+        f"The repository is checked out at /repo. Its tests run with `{task.test_command}`. "
+        "Fix the problem with the tools, then call submit."
+    )
+
+
+class CodingEnv(gym.Env[str, str]):
+    """One coding task per episode, in a sandbox; see the module docstring."""
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+
+    def __init__(
+        self,
+        tasks: list[Task],
+        tools: ToolRunner,
+        sandbox_config: SandboxConfig | None = None,
+        reward_config: RewardConfig | None = None,
+    ) -> None:
+        if not tasks:
+            raise ValueError("CodingEnv needs at least one task")
+        self.tasks = {task.id: task for task in tasks}
+        self.tools = tools
+        self.sandbox_config = sandbox_config or SandboxConfig()
+        self.reward_config = reward_config or RewardConfig()
+        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
+        self.action_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
+        self.task: Task | None = None
+        self.sandbox: ReplacingSandbox | None = None
+        self.turns = 0
+        self.started = 0.0
+        self.done = False
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        chosen = (options or {}).get("task")
+        if chosen is None:
+            ids = sorted(self.tasks)
+            chosen = ids[int(self.np_random.integers(len(ids)))]
+        task = chosen if isinstance(chosen, Task) else self.tasks.get(str(chosen))
+        if task is None:
+            raise ValueError(f"unknown task {chosen!r}; known: {', '.join(sorted(self.tasks))}")
+        self._close_sandbox()
+        config = self.sandbox_config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
+        self.sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image))
+        for command in task.setup_commands:
+            result = self.sandbox.run(command)
+            if result.exit_code != 0:
+                raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+        self.task, self.turns, self.started, self.done = task, 0, time.monotonic(), False
+        return task_prompt(task), {"task_id": task.id, "tools": self.tools.schemas()}
+
+    def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self.task is None or self.sandbox is None or self.done:
+            raise RuntimeError("call reset() before step(), and again after an episode ends")
+        self.turns += 1
+        name, arguments, problem = parse_action(action)
+        if problem is not None:
+            text, is_error, submitted = problem, True, False
+        else:
+            observation = self.tools.call(self.sandbox, name, arguments)
+            text, is_error, submitted = observation.text, observation.is_error, observation.submitted
+        limits = self.task.limits
+        terminated = submitted
+        truncated = not terminated and (
+            self.turns >= limits.max_turns or time.monotonic() - self.started >= limits.wall_time_s
+        )
+        info: dict[str, Any] = {"turn": self.turns, "is_error": is_error}
+        reward = 0.0
+        if terminated or truncated:
+            self.done = True
+            grade = self._grade()
+            reward = grade.reward
+            info["grade"] = grade.model_dump()
+            if grade.infra_error:
+                info["infra_error"] = grade.infra_error
+        return text[:MAX_TEXT], reward, terminated, truncated, info
+
+    def _grade(self) -> Grade:
+        assert self.task is not None and self.sandbox is not None
+        try:
+            patch = collect_patch(self.sandbox, self.task)
+        except SandboxError as e:
+            return Grade(
+                task_id=self.task.id,
+                correct=0.0,
+                reward=0.0,
+                fail_to_pass={},
+                pass_to_pass={},
+                patch_applied=False,
+                dropped_paths=[],
+                simplicity=None,
+                duration_s=0.0,
+                infra_error=f"could not read the agent's repository: {e}",
+            )
+        return grade_patch(self.task, patch, self.sandbox_config, self.reward_config)
+
+    def _close_sandbox(self) -> None:
+        if self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+
+    def close(self) -> None:
+        self._close_sandbox()
+
+
+def parse_action(action: str | dict[str, Any]) -> tuple[str, dict[str, Any] | str, str | None]:
+    """(tool name, arguments, problem): a malformed action becomes a problem text, never an exception."""
+    if isinstance(action, str):
+        try:
+            action = json.loads(action)
+        except json.JSONDecodeError as e:
+            return (
+                "",
+                {},
+                f'an action is a JSON object {{"name": ..., "arguments": {{...}}}}; this is not JSON: {e}',
+            )
+    if not isinstance(action, dict) or not isinstance(action.get("name"), str):
+        return "", {}, 'an action is a JSON object with a string "name" and an "arguments" object'
+    arguments = action.get("arguments", {})
+    if not isinstance(arguments, dict | str):
+        return "", {}, '"arguments" must be an object (or its JSON text)'
+    return action["name"], arguments, None

@@ -1,0 +1,5 @@
+from mini import clamp
+
+
+def test_inside():
+    assert clamp(5, 0, 10) == 5

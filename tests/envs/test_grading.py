@@ -1,0 +1,236 @@
+"""Grading cannot be gamed: exploit patches on built-in tasks score zero alone and never beat the fix."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envs.grading import collect_patch, grade_patch
+from envs.sandbox import SandboxConfig
+from tasks.model import Task
+from tasks.patches import diff_trees
+from tasks.suite import load_suite
+
+FORCE_PASS_CONFTEST = """\
+import pytest
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    report.outcome = "passed"
+"""
+SITECUSTOMIZE = """\
+import builtins
+import _pytest.runner
+
+_pytest.runner.pytest_runtest_call = lambda item: None
+builtins.__dict__["__harness_hacked__"] = True
+"""
+
+
+@pytest.fixture(scope="module")
+def builtin_task() -> Task:
+    tasks = load_suite("builtin")
+    return tasks[0]
+
+
+def exploit_patch(task: Task, tmp_path: Path, change: Callable[[Path], None], with_fix: bool) -> str:
+    """A patch made like an agent makes one: edit a copy of the base repository, then diff it."""
+    tree = tmp_path / "agent"
+    if tree.exists():
+        shutil.rmtree(tree)
+    shutil.copytree(task.repo, tree, ignore=shutil.ignore_patterns(".git"))
+    if with_fix:
+        fixed = grade_gold_tree(task, tmp_path)
+        shutil.rmtree(tree)
+        shutil.copytree(fixed, tree, ignore=shutil.ignore_patterns(".git"))
+    change(tree)
+    return diff_trees(task.repo, tree)
+
+
+def grade_gold_tree(task: Task, tmp_path: Path) -> Path:
+    """The base repository with the gold patch applied (by git, on a copy)."""
+    fixed = tmp_path / "fixed"
+    if not fixed.exists():
+        shutil.copytree(task.repo, fixed)
+        subprocess.run(["git", "apply", "-"], cwd=fixed, input=(task.gold_patch or "").encode(), check=True)
+    return fixed
+
+
+def first_source_module(tree: Path) -> Path:
+    """The repository's package __init__.py, which every test imports."""
+    inits = sorted(p for p in tree.glob("*/__init__.py") if p.parent.name not in ("tests", "test"))
+    assert inits, f"no package in {tree}"
+    return inits[0]
+
+
+def add_conftest(tree: Path) -> None:
+    (tree / "conftest.py").write_text(FORCE_PASS_CONFTEST)
+    (tree / "tests").mkdir(exist_ok=True)
+    (tree / "tests" / "conftest.py").write_text(FORCE_PASS_CONFTEST)
+
+
+def delete_tests(tree: Path) -> None:
+    shutil.rmtree(tree / "tests", ignore_errors=True)
+
+
+def empty_tests(tree: Path) -> None:
+    for test in (tree / "tests").glob("*.py"):
+        test.write_text("")
+
+
+def plant_hidden_test_paths(task: Task) -> Callable[[Path], None]:
+    def plant(tree: Path) -> None:
+        for path in task.hidden_tests.files:
+            names = {
+                i.split("::")[1] for i in task.hidden_tests.fail_to_pass + task.hidden_tests.pass_to_pass
+            }
+            (tree / path).parent.mkdir(parents=True, exist_ok=True)
+            (tree / path).write_text(
+                "".join(f"def {n.split('[')[0]}():\n    pass\n\n\n" for n in sorted(names))
+            )
+
+    return plant
+
+
+def startup_hooks(tree: Path) -> None:
+    (tree / "sitecustomize.py").write_text(SITECUSTOMIZE)
+    (tree / "usercustomize.py").write_text(SITECUSTOMIZE)
+    (tree / "hack.pth").write_text("import sitecustomize\n")
+    package = first_source_module(tree).parent
+    (package / "sitecustomize.py").write_text(SITECUSTOMIZE)
+
+
+def fake_passed_lines(task: Task) -> Callable[[Path], None]:
+    def fake(tree: Path) -> None:
+        lines = "".join(f"print({i + ' PASSED'!r})\n" for i in task.hidden_tests.fail_to_pass)
+        init = first_source_module(tree)
+        init.write_text(init.read_text() + lines + "print('==== 99 passed in 0.01s ====')\n")
+
+    return fake
+
+
+def skip_everything(tree: Path) -> None:
+    init = first_source_module(tree)
+    init.write_text("import pytest\n\npytest.skip('not today', allow_module_level=True)\n" + init.read_text())
+    (tree / "pytest.ini").write_text("[pytest]\naddopts = -p no:python --collect-only\n")
+
+
+def break_collection(tree: Path) -> None:
+    init = first_source_module(tree)
+    init.write_text("import os\n\nos._exit(0)\n" + init.read_text())
+
+
+def tamper_with_report(tree: Path) -> None:
+    """Code under test that overwrites any grader report it can find, now and at exit."""
+    init = first_source_module(tree)
+    init.write_text(
+        "import atexit, json, subprocess, sys\n\n"
+        "_FAKE = json.dumps({'outcomes': {a: 'passed' for a in sys.argv if '::' in a}})\n"
+        "_REPORTS = [a for a in sys.argv if a.endswith('.json')]\n\n"
+        "def _forge():\n"
+        "    for p in _REPORTS:\n"
+        "        open(p, 'w').write(_FAKE)\n\n"
+        "_forge()\n"
+        "atexit.register(_forge)\n"
+        "for p in _REPORTS:\n"
+        "    subprocess.Popen(['sh', '-c', 'sleep 0.3; cat > \"$0\"', p], stdin=subprocess.PIPE,"
+        " start_new_session=True).stdin.write(_FAKE.encode())\n" + init.read_text()
+    )
+
+
+@pytest.fixture(scope="module")
+def honest_reward(builtin_task: Task) -> float:
+    grade = grade_patch(builtin_task, builtin_task.gold_patch or "", SandboxConfig(backend="bwrap"))
+    assert grade.correct == 1.0, grade
+    return grade.reward
+
+
+def exploits(task: Task) -> dict[str, Callable[[Path], None]]:
+    return {
+        "conftest_forces_passes": add_conftest,
+        "delete_tests": delete_tests,
+        "empty_tests": empty_tests,
+        "plant_hidden_test_paths": plant_hidden_test_paths(task),
+        "startup_hooks": startup_hooks,
+        "fake_passed_lines": fake_passed_lines(task),
+        "skip_everything": skip_everything,
+        "break_collection": break_collection,
+        "tamper_with_report": tamper_with_report,
+    }
+
+
+EXPLOITS = [
+    "conftest_forces_passes",
+    "delete_tests",
+    "empty_tests",
+    "plant_hidden_test_paths",
+    "startup_hooks",
+    "fake_passed_lines",
+    "skip_everything",
+    "break_collection",
+    "tamper_with_report",
+]
+
+
+@pytest.mark.parametrize("exploit", EXPLOITS)
+def test_exploit_alone_scores_zero_and_never_beats_the_fix(
+    exploit: str, builtin_task: Task, honest_reward: float, tmp_path: Path, backend: str
+) -> None:
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    change = exploits(builtin_task)[exploit]
+    alone = grade_patch(builtin_task, exploit_patch(builtin_task, tmp_path, change, with_fix=False), config)
+    assert alone.infra_error is None
+    assert alone.correct == 0.0 and alone.reward == 0.0, alone.model_dump()
+    combined = grade_patch(builtin_task, exploit_patch(builtin_task, tmp_path, change, with_fix=True), config)
+    assert combined.infra_error is None
+    assert combined.reward <= honest_reward, combined.model_dump()
+
+
+def test_test_paths_are_dropped_and_reported(builtin_task: Task, tmp_path: Path) -> None:
+    patch = exploit_patch(builtin_task, tmp_path, add_conftest, with_fix=True)
+    grade = grade_patch(builtin_task, patch, SandboxConfig(backend="bwrap"))
+    assert set(grade.dropped_paths) == {"conftest.py", "tests/conftest.py"}
+    assert grade.correct == 1.0
+
+
+def test_grades_are_deterministic(builtin_task: Task, backend: str) -> None:
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    grades = [grade_patch(builtin_task, builtin_task.gold_patch or "", config) for _ in range(5)]
+    dumps = {g.model_dump_json(exclude={"duration_s"}) for g in grades}
+    assert len(dumps) == 1
+    assert grades[0].correct == 1.0
+
+
+def test_a_patch_that_does_not_apply_scores_zero(builtin_task: Task) -> None:
+    patch = "diff --git a/nope.py b/nope.py\n--- a/nope.py\n+++ b/nope.py\n@@ -1 +1 @@\n-a\n+b\n"
+    grade = grade_patch(builtin_task, patch, SandboxConfig(backend="bwrap"))
+    assert not grade.patch_applied and grade.apply_error
+    assert grade.reward == 0.0 and grade.infra_error is None
+
+
+def test_collect_patch_sees_only_the_agents_changes(
+    builtin_task: Task, make_sandbox: Callable[..., object]
+) -> None:
+    sandbox = make_sandbox(builtin_task.repo)
+    assert collect_patch(sandbox, builtin_task) == ""  # type: ignore[arg-type]
+    sandbox.write_file("NEW.txt", b"hello\n")  # type: ignore[attr-defined]
+    patch = collect_patch(sandbox, builtin_task)  # type: ignore[arg-type]
+    assert "b/NEW.txt" in patch and "+hello" in patch
+
+
+def test_the_agents_repository_has_no_future_objects(
+    builtin_task: Task, make_sandbox: Callable[..., object]
+) -> None:
+    sandbox = make_sandbox(builtin_task.repo)
+    log = sandbox.run("git log --all --format=%H | wc -l; git count-objects -v | grep ^count")  # type: ignore[attr-defined]
+    commits = int(log.output.split()[0])
+    assert commits == 1, log.output
+    hidden = sandbox.run("ls " + " ".join(builtin_task.hidden_tests.files))  # type: ignore[attr-defined]
+    assert hidden.exit_code != 0, "hidden tests are visible to the agent"

@@ -1,0 +1,60 @@
+"""CodingEnv passes Gymnasium's checker and an episode that plays the gold patch earns a reward."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import gymnasium as gym
+from gymnasium.utils.env_checker import check_env
+
+import harness.gym  # noqa: F401  (registers harness/CodingEnv-v0)
+from envs.gym_env import CodingEnv
+from envs.sandbox import SandboxConfig
+from tasks.patches import patch_as_edits
+from tasks.suite import load_suite
+from tools import Toolbox, ToolsConfig
+
+MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
+
+
+def test_gymnasium_env_checker(backend: str) -> None:
+    env = gym.make("harness/CodingEnv-v0", suite=str(MINI), backend=backend)
+    try:
+        check_env(env.unwrapped, skip_render_check=True)
+    finally:
+        env.close()
+        env.close()  # safe twice
+
+
+def test_gold_episode_through_the_edit_tool_earns_a_reward(backend: str) -> None:
+    task = load_suite("builtin")[0]
+    env = CodingEnv([task], Toolbox(ToolsConfig()), SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    obs, info = env.reset(options={"task": task.id})
+    assert task.problem_statement.strip()[:40] in obs
+    assert {s["function"]["name"] for s in info["tools"]} >= {"edit", "submit", "read_file"}
+    for edit in patch_as_edits(task.gold_patch or ""):
+        action = {"name": "edit", "arguments": {"path": edit.path, "old_str": edit.old, "new_str": edit.new}}
+        obs, reward, terminated, truncated, info = env.step(json.dumps(action))
+        assert not info["is_error"], obs
+        assert reward == 0.0 and not terminated and not truncated
+    obs, reward, terminated, truncated, info = env.step({"name": "run_tests", "arguments": {}})
+    obs, reward, terminated, truncated, info = env.step({"name": "submit", "arguments": {}})
+    assert terminated and not truncated
+    assert reward > 0 and info["grade"]["correct"] == 1.0
+    env.close()
+
+
+def test_limits_truncate_and_bad_actions_are_observations() -> None:
+    task = load_suite(str(MINI))[0]
+    task = task.model_copy(update={"limits": task.limits.model_copy(update={"max_turns": 3})})
+    env = CodingEnv([task], Toolbox(ToolsConfig()), SandboxConfig(backend="bwrap"))
+    env.reset()
+    obs, _, terminated, truncated, info = env.step("{not json")
+    assert info["is_error"] and "not JSON" in obs and not (terminated or truncated)
+    obs, _, _, _, info = env.step({"name": "no_such_tool", "arguments": {}})
+    assert info["is_error"] and "unknown tool" in obs
+    obs, reward, terminated, truncated, info = env.step({"name": "list_dir", "arguments": {}})
+    assert truncated and not terminated
+    assert reward == 0.0 and info["grade"]["correct"] == 0.0
+    env.close()
