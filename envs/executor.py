@@ -29,6 +29,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import sys
 import tarfile
 import time
@@ -287,6 +288,8 @@ class Executor:
     def read(self, req: dict) -> dict:
         path = self.resolve(req["path"])
         max_bytes = int(req.get("max_bytes", 1 << 24))
+        if not stat.S_ISREG(os.stat(path).st_mode):  # a FIFO or device would block the executor
+            return {"ok": False, "error": f"{req['path']}: not a regular file"}
         size = os.path.getsize(path)
         if size > max_bytes:
             return {"ok": False, "error": f"{req['path']}: {size} bytes, over the limit of {max_bytes}"}
@@ -299,6 +302,8 @@ class Executor:
         parent = os.path.dirname(path)
         if parent:
             os.makedirs(parent, exist_ok=True)
+        if os.path.lexists(path) and not stat.S_ISREG(os.stat(path).st_mode):
+            return {"ok": False, "error": f"{req['path']}: not a regular file"}
         with open(path, "wb") as f:
             f.write(base64.b64decode(req["data"]))
         if "mode" in req:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, ClassVar, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import gymnasium as gym
 from gymnasium import spaces
@@ -62,19 +63,20 @@ def task_prompt(task: Task) -> str:
 class CodingEnv(gym.Env[str, str]):
     """One coding task per episode, in a sandbox; see the module docstring."""
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
+    metadata = {"render_modes": []}  # noqa: RUF012  (Gymnasium declares it an instance variable)
 
     def __init__(
         self,
         tasks: list[Task],
-        tools: ToolRunner,
+        tools: Callable[[Task], ToolRunner],
         sandbox_config: SandboxConfig | None = None,
         reward_config: RewardConfig | None = None,
     ) -> None:
         if not tasks:
             raise ValueError("CodingEnv needs at least one task")
         self.tasks = {task.id: task for task in tasks}
-        self.tools = tools
+        self.make_tools = tools
+        self.tools: ToolRunner | None = None
         self.sandbox_config = sandbox_config or SandboxConfig()
         self.reward_config = reward_config or RewardConfig()
         self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
@@ -104,17 +106,22 @@ class CodingEnv(gym.Env[str, str]):
             if result.exit_code != 0:
                 raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
         self.task, self.turns, self.started, self.done = task, 0, time.monotonic(), False
+        self.tools = self.make_tools(task)
         return task_prompt(task), {"task_id": task.id, "tools": self.tools.schemas()}
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        if self.task is None or self.sandbox is None or self.done:
+        if self.task is None or self.sandbox is None or self.tools is None or self.done:
             raise RuntimeError("call reset() before step(), and again after an episode ends")
         self.turns += 1
         name, arguments, problem = parse_action(action)
         if problem is not None:
             text, is_error, submitted = problem, True, False
         else:
-            observation = self.tools.call(self.sandbox, name, arguments)
+            try:
+                observation = self.tools.call(self.sandbox, name, arguments)
+            except SandboxError as e:  # the harness failed, not the model (contract 4): no grade
+                self.done = True
+                return f"infra error: {e}", 0.0, False, True, {"turn": self.turns, "infra_error": str(e)}
             text, is_error, submitted = observation.text, observation.is_error, observation.submitted
         limits = self.task.limits
         terminated = submitted

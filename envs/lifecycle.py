@@ -186,7 +186,9 @@ def _reap_containers(client: object, me: str | None) -> int:
     import docker.errors
 
     removed = 0
-    for container in client.containers.list(all=True, filters={"label": LABEL}):  # type: ignore[attr-defined]
+    # Runs that start together reap the same leftovers: a container may vanish under our feet.
+    listed = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)  # type: ignore[attr-defined]
+    for container in listed:
         try:
             owner = Owner.from_labels(container.labels)
         except (KeyError, ValueError):
@@ -196,6 +198,6 @@ def _reap_containers(client: object, me: str | None) -> int:
         try:
             container.remove(force=True)
             removed += 1
-        except docker.errors.NotFound:
+        except docker.errors.APIError:  # already gone, or another run's reaper is removing it (409)
             pass
     return removed

@@ -11,9 +11,12 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, CommandResult, SandboxUnusable
+
+T = TypeVar("T")
 
 
 class ReplacingSandbox:
@@ -61,17 +64,25 @@ class ReplacingSandbox:
             result.replaced = True
         return result
 
+    def _retrying(self, operation: Callable[[ExecutorSandbox], T]) -> T:
+        """Runs `operation`; when the sandbox turns out unusable, replaces it and tries once more."""
+        try:
+            return operation(self.inner)
+        except SandboxUnusable:
+            self._replace()
+            return operation(self.inner)
+
     def read_file(self, path: str, max_bytes: int = 1 << 24) -> bytes:
-        return self.inner.read_file(path, max_bytes)
+        return self._retrying(lambda s: s.read_file(path, max_bytes))
 
     def write_file(self, path: str, data: bytes) -> None:
-        self.inner.write_file(path, data)
+        self._retrying(lambda s: s.write_file(path, data))
 
     def copy_in(self, src: Path, dest: str = WORKDIR) -> None:
-        self.inner.copy_in(src, dest)
+        self._retrying(lambda s: s.copy_in(src, dest))
 
     def copy_out(self, src: str, dest: Path) -> None:
-        self.inner.copy_out(src, dest)
+        self._retrying(lambda s: s.copy_out(src, dest))
 
     def reset(self) -> None:
         if self.inner.failure is not None:

@@ -77,7 +77,10 @@ class CommandResult(BaseModel):
 class Sandbox(Protocol):
     """A repository in an isolated machine: run commands, move files, go back to the start state."""
 
-    id: str
+    @property
+    def id(self) -> str:
+        """Unique among the sandboxes of this run."""
+        ...
 
     def run(
         self,

@@ -190,7 +190,7 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
     tasks = select_tasks(args.suite, args.tasks)
-    config = SandboxConfig(backend=resolve_backend(args.backend))
+    config = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})
     console = Console(stderr=True)
     results: list[Validation] = []
     with (
@@ -229,7 +229,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if args.simplicity_lambda is not None:
         reward_fields["simplicity_lambda"] = args.simplicity_lambda
     grade = grade_patch(
-        task, patch, SandboxConfig(backend=args.backend), RewardConfig.model_validate(reward_fields)
+        task,
+        patch,
+        SandboxConfig.model_validate({"backend": args.backend}),
+        RewardConfig.model_validate(reward_fields),
     )
     if args.json:
         print(grade.model_dump_json(indent=1))

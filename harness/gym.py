@@ -11,6 +11,7 @@ import gymnasium as gym
 from envs.gym_env import CodingEnv
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
+from tasks.model import Task
 from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
 
@@ -27,9 +28,15 @@ def make_coding_env(
     tasks = load_suite(suite)
     if task_ids is not None:
         tasks = [t for t in tasks if t.id in set(task_ids)]
+
+    def toolbox(task: Task) -> Toolbox:
+        return Toolbox(
+            ToolsConfig(test_command=task.test_command, allowed=task.tools, bash_enabled=bash_enabled)
+        )
+
     return CodingEnv(
         tasks,
-        Toolbox(ToolsConfig(bash_enabled=bash_enabled)),
+        toolbox,
         SandboxConfig(backend=backend),  # type: ignore[arg-type]
         RewardConfig(simplicity_lambda=simplicity_lambda),
     )

@@ -153,7 +153,8 @@ def is_graded_path(path: str) -> bool:
 
 def filter_patch(patch: str) -> tuple[str, list[str]]:
     """Drops every file part that touches a graded path; returns the rest and the dropped paths."""
-    kept, dropped = [], []
+    kept: list[str] = []
+    dropped: list[str] = []
     for part in split_patch(patch):
         if any(is_graded_path(p) for p in part.paths):
             dropped.extend(p for p in part.paths if p not in dropped)

@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.bwrap import bwrap_path
+from envs.bwrap import bwrap_path, start_bwrap
 from envs.docker import daemon_answers, start_docker
-from envs.bwrap import start_bwrap
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
 
@@ -50,7 +49,9 @@ def sample_repo(tmp_path: Path) -> Path:
     repo = tmp_path / "repo"
     (repo / "pkg").mkdir(parents=True)
     (repo / "pkg" / "__init__.py").write_text("")
-    (repo / "pkg" / "calc.py").write_text("def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n")
+    (repo / "pkg" / "calc.py").write_text(
+        "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+    )
     (repo / "tests").mkdir()
     (repo / "tests" / "test_calc.py").write_text(
         "from pkg.calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
@@ -60,9 +61,7 @@ def sample_repo(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def make_sandbox(
-    backend: str, sample_repo: Path
-) -> Iterator[Callable[..., ExecutorSandbox]]:
+def make_sandbox(backend: str, sample_repo: Path) -> Iterator[Callable[..., ExecutorSandbox]]:
     """Starts sandboxes on the test's backend (sample_repo by default) and closes them afterwards."""
     made: list[ExecutorSandbox] = []
 

@@ -29,7 +29,9 @@ def test_gymnasium_env_checker(backend: str) -> None:
 
 def test_gold_episode_through_the_edit_tool_earns_a_reward(backend: str) -> None:
     task = load_suite("builtin")[0]
-    env = CodingEnv([task], Toolbox(ToolsConfig()), SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    env = CodingEnv(
+        [task], lambda t: Toolbox(ToolsConfig(test_command=t.test_command)), SandboxConfig(backend=backend)
+    )  # type: ignore[arg-type]
     obs, info = env.reset(options={"task": task.id})
     assert task.problem_statement.strip()[:40] in obs
     assert {s["function"]["name"] for s in info["tools"]} >= {"edit", "submit", "read_file"}
@@ -48,7 +50,9 @@ def test_gold_episode_through_the_edit_tool_earns_a_reward(backend: str) -> None
 def test_limits_truncate_and_bad_actions_are_observations() -> None:
     task = load_suite(str(MINI))[0]
     task = task.model_copy(update={"limits": task.limits.model_copy(update={"max_turns": 3})})
-    env = CodingEnv([task], Toolbox(ToolsConfig()), SandboxConfig(backend="bwrap"))
+    env = CodingEnv(
+        [task], lambda t: Toolbox(ToolsConfig(test_command=t.test_command)), SandboxConfig(backend="bwrap")
+    )
     env.reset()
     obs, _, terminated, truncated, info = env.step("{not json")
     assert info["is_error"] and "not JSON" in obs and not (terminated or truncated)
