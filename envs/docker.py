@@ -9,6 +9,8 @@ socket round trip, not a `docker exec`.
 from __future__ import annotations
 
 import functools
+import shutil
+import stat
 import uuid
 from pathlib import Path
 from typing import Any
@@ -87,6 +89,30 @@ def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
     return None
 
 
+def readable_source(source: Path, run_dir: Path) -> Path:
+    """`source` when the sandbox's unprivileged user can read all of it, else a readable copy.
+
+    A bind mount keeps the host's modes, so a folder private to root (tempfile.mkdtemp makes those)
+    would be unreadable inside the container.
+    """
+    if all(_world_readable(p) for p in (source, *source.rglob("*"))):
+        return source
+    copy = run_dir / f"source-{uuid.uuid4().hex[:8]}"
+    shutil.copytree(source, copy, symlinks=True)
+    for p in (copy, *copy.rglob("*")):
+        if not p.is_symlink():
+            p.chmod(p.stat().st_mode | (0o555 if p.is_dir() else 0o444))
+    return copy
+
+
+def _world_readable(path: Path) -> bool:
+    mode = path.lstat().st_mode
+    if stat.S_ISLNK(mode):
+        return True
+    need = stat.S_IROTH | stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
+    return mode & need == need
+
+
 def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | None = None) -> ExecutorSandbox:
     """Starts a container from `image` (default: the config's) whose /repo starts as `source_dir`."""
     owner = current_owner(config.state_dir, config.expiry_s)
@@ -106,7 +132,8 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
         f"{owner.run_id}/{sandbox_id}",
     ]
     if source_dir is not None:
-        volumes[str(Path(source_dir).resolve())] = {"bind": "/opt/pristine", "mode": "ro"}
+        source = readable_source(Path(source_dir).resolve(), config.state_dir / owner.run_id)
+        volumes[str(source)] = {"bind": "/opt/pristine", "mode": "ro"}
     command += ["--pristine", "/opt/pristine"]
     try:
         container = client().containers.run(
