@@ -73,7 +73,7 @@ class BwrapIsolation:
         code = self.proc.poll()
         if code is None:
             return f"bwrap pid {self.proc.pid} running"
-        err = self.stderr.read_text(errors="replace")[-2000:]
+        err = self.stderr.read_text(errors="replace")[-2000:] if self.stderr.exists() else ""
         return f"bwrap exited with {code}: {err.strip()}"
 
     def destroy(self) -> None:

@@ -88,7 +88,9 @@ def current_owner(state_dir: Path, expiry_s: float) -> Owner:
             )
             run_dir = state_dir / _owner.run_id
             run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "owner.json").write_text(_owner.model_dump_json())
+            tmp = run_dir / f".owner.json.{pid}"
+            tmp.write_text(_owner.model_dump_json())
+            tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written
             reap(state_dir, _docker_client())  # a run's first sandbox clears what dead runs left
         return _owner
 
@@ -170,6 +172,8 @@ def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
                 owner = Owner.model_validate_json((run_dir / "owner.json").read_text())
             except (OSError, ValueError):
                 owner = None
+            if owner is None and time.time() - run_dir.stat().st_mtime < 60:
+                continue  # a run starting right now has not written its owner record yet
             if owner is not None and not owner.is_dead():
                 continue
             for group in cgroups.run_groups(run_dir.name):

@@ -1,0 +1,187 @@
+"""Nothing outlives its owner: close removes a sandbox, SIGTERM / SIGINT close a runner's sandboxes,
+and after a `kill -9` the next start reaps what the dead run left, never a live run's sandboxes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import docker
+import psutil
+import pytest
+
+from envs.docker import client
+from envs.lifecycle import LABEL, current_owner, reap
+from envs.remote import ExecutorSandbox
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+RUNNER = """
+import json, sys
+from pathlib import Path
+
+from envs.factory import start_sandbox
+from envs.lifecycle import current_owner, install_signal_handlers
+from envs.sandbox import SandboxConfig
+
+install_signal_handlers()
+state_dir, backend, count, source = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), Path(sys.argv[4])
+config = SandboxConfig(backend=backend, state_dir=state_dir)
+sandboxes = [start_sandbox(config, source) for _ in range(count)]
+run_id = current_owner(state_dir, config.expiry_s).run_id
+print(json.dumps({"run": run_id, "sandboxes": [s.id for s in sandboxes]}), flush=True)
+for line in sys.stdin:
+    print(json.dumps([s.run(line).output for s in sandboxes]), flush=True)
+"""
+
+
+class Runner:
+    """A harness run in its own process: starts sandboxes, runs a command in all of them per stdin line."""
+
+    def __init__(self, state_dir: Path, backend: str, count: int, source: Path) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", RUNNER, str(state_dir), backend, str(count), str(source)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        ready = self._line()
+        self.run_id: str = ready["run"]
+        self.sandboxes: list[str] = ready["sandboxes"]
+
+    def _line(self) -> Any:
+        assert self.proc.stdout is not None and self.proc.stderr is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait(timeout=10)
+            pytest.fail(f"runner exited with {self.proc.returncode}: {self.proc.stderr.read()}")
+        return json.loads(line)
+
+    def ask(self, command: str) -> list[str]:
+        """Runs `command` in each of the runner's sandboxes; their outputs."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        answer: list[str] = self._line()
+        return answer
+
+    def stop(self, signum: int) -> int:
+        self.proc.send_signal(signum)
+        return self.proc.wait(timeout=60)
+
+
+@pytest.fixture
+def runners() -> Iterator[list[Runner]]:
+    started: list[Runner] = []
+    yield started
+    for runner in started:
+        if runner.proc.poll() is None:
+            runner.stop(signal.SIGTERM)
+
+
+# ---- what a run leaves on the host ----------------------------------------------------------------
+
+
+def leftovers(state_dir: Path, run_id: str, sandbox_id: str | None = None) -> dict[str, list[object]]:
+    """What the host holds of a run's sandboxes (or of one of them)."""
+    labels = [f"{LABEL}={run_id}"] + ([f"harness.sandbox={sandbox_id}"] if sandbox_id else [])
+    label_arg = f"{run_id}/{sandbox_id or ''}"  # bwrap and every executor carry `--label RUN/SANDBOX`
+    return {
+        "containers": [c.name for c in client().containers.list(all=True, filters={"label": labels})],
+        "processes": [
+            proc.pid
+            for proc in psutil.process_iter(["cmdline"])
+            if any(arg.startswith(label_arg) for arg in proc.info["cmdline"] or [])
+        ],
+        "control groups": sorted(CGROUP_ROOT.glob(f"*/harness/{run_id}--{sandbox_id or '*'}")),
+        "sockets": sorted((state_dir / run_id).glob(f"{sandbox_id or '*'}.sock")),
+    }
+
+
+NOTHING: dict[str, list[object]] = {"containers": [], "processes": [], "control groups": [], "sockets": []}
+
+
+def assert_running(runner: Runner, backend: str, state_dir: Path) -> None:
+    """The runner's sandboxes exist on the host and answer."""
+    count = len(runner.sandboxes)
+    left = leftovers(state_dir, runner.run_id)
+    assert len(left["sockets"]) == count
+    assert len(left["processes"]) >= count
+    if backend == "docker":
+        assert len(left["containers"]) == count
+    else:
+        assert len(left["control groups"]) == 3 * count  # pids, memory and cpu on cgroup v1
+    assert runner.ask("echo alive") == ["alive\n"] * count
+
+
+# ---- tests ----------------------------------------------------------------------------------------
+
+
+def test_close_leaves_nothing_behind(sandbox: ExecutorSandbox, backend: str) -> None:
+    state_dir = sandbox.config.state_dir
+    run_id = current_owner(state_dir, sandbox.config.expiry_s).run_id
+    before = leftovers(state_dir, run_id, sandbox.id)
+    assert len(before["sockets"]) == 1 and before["processes"]
+    assert before["containers" if backend == "docker" else "control groups"]
+
+    sandbox.close()
+
+    assert leftovers(state_dir, run_id, sandbox.id) == NOTHING
+
+
+def test_kill_9_then_a_new_start_reaps_the_dead_run_only(
+    backend: str, sample_repo: Path, tmp_path: Path, runners: list[Runner]
+) -> None:
+    state_dir = tmp_path / "state"
+    dead = Runner(state_dir, backend, 2, sample_repo)
+    live = Runner(state_dir, backend, 2, sample_repo)
+    runners += [dead, live]
+    assert_running(dead, backend, state_dir)
+    assert_running(live, backend, state_dir)
+
+    assert dead.stop(signal.SIGKILL) == -signal.SIGKILL
+    assert (state_dir / dead.run_id).is_dir()  # nothing cleaned up after a kill -9 ...
+    assert leftovers(state_dir, dead.run_id)["containers" if backend == "docker" else "control groups"]
+
+    newcomer = Runner(state_dir, backend, 1, sample_repo)  # ... until the next run starts
+    runners.append(newcomer)
+
+    assert leftovers(state_dir, dead.run_id) == NOTHING
+    assert not (state_dir / dead.run_id).exists()
+    assert_running(live, backend, state_dir)
+    assert_running(newcomer, backend, state_dir)
+    # Reaping again, from the test process this time, still leaves the live runs alone.
+    assert reap(state_dir, client()).run_dirs == 0
+    assert_running(live, backend, state_dir)
+
+    # SIGTERM and SIGINT close a runner's sandboxes before it dies of the signal.
+    assert live.stop(signal.SIGTERM) == -signal.SIGTERM
+    assert newcomer.stop(signal.SIGINT) == -signal.SIGINT
+    for runner in (live, newcomer):
+        assert leftovers(state_dir, runner.run_id) == NOTHING
+    report = reap(state_dir, client())  # only their ownership records were left
+    assert (report.run_dirs, report.groups) == (2, 0)
+    assert list(state_dir.iterdir()) == []
+
+
+def test_runs_starting_together_reap_the_same_leftovers_without_failing(
+    backend: str, sample_repo: Path, tmp_path: Path, runners: list[Runner]
+) -> None:
+    state_dir = tmp_path / "state"
+    dead = Runner(state_dir, backend, 4, sample_repo)
+    runners.append(dead)
+    dead.stop(signal.SIGKILL)
+
+    with ThreadPoolExecutor(4) as pool:
+        reports = list(pool.map(lambda _: reap(state_dir, docker.from_env()), range(4)))
+
+    assert sum(report.containers for report in reports) >= (4 if backend == "docker" else 0)
+    assert leftovers(state_dir, dead.run_id) == NOTHING
+    assert not (state_dir / dead.run_id).exists()

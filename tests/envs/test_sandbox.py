@@ -1,0 +1,271 @@
+"""The Sandbox protocol on both backends, and the closed defaults every sandbox starts with."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envs.remote import ExecutorSandbox
+from envs.sandbox import SandboxError, SandboxUnusable
+
+MakeSandbox = Callable[..., ExecutorSandbox]
+
+
+def tree(root: Path) -> dict[str, object]:
+    """Every entry under `root`: a folder, a symlink's target, or a file's bytes and executable bit."""
+    found: dict[str, object] = {}
+    for path in sorted(root.rglob("*")):
+        name = str(path.relative_to(root))
+        if path.is_symlink():
+            found[name] = ("link", os.readlink(path))
+        elif path.is_dir():
+            found[name] = "dir"
+        else:
+            found[name] = (path.read_bytes(), os.access(path, os.X_OK))
+    return found
+
+
+def processes(sandbox: ExecutorSandbox) -> list[str]:
+    """`pid args` of every process in the sandbox, the `ps` that lists them included."""
+    result = sandbox.run(["ps", "-e", "-o", "pid=,args="])
+    assert result.exit_code == 0, result.output
+    return [line.strip() for line in result.output.splitlines() if line.strip()]
+
+
+# ---- run ------------------------------------------------------------------------------------------
+
+
+def test_run_shell_string_and_exit_codes(sandbox: ExecutorSandbox) -> None:
+    result = sandbox.run("echo out; echo err >&2; exit 7")
+    assert result.exit_code == 7
+    assert not result.ok
+    assert result.output == "out\nerr\n"
+    assert not result.timed_out and not result.truncated
+    assert result.output_bytes == len(b"out\nerr\n")
+
+    assert sandbox.run("true").ok
+    assert sandbox.run("kill -9 $$").exit_code == 128 + 9
+
+
+def test_run_argv_is_not_parsed_by_a_shell(sandbox: ExecutorSandbox) -> None:
+    result = sandbox.run(["printf", "%s|", "a b", "$HOME", "*"])
+    assert result.exit_code == 0
+    assert result.output == "a b|$HOME|*|"
+
+    missing = sandbox.run(["/no/such/program"])
+    assert missing.exit_code == 127
+    assert "exec failed" in missing.output
+
+
+def test_run_cwd_defaults_to_the_repository(sandbox: ExecutorSandbox) -> None:
+    assert sandbox.run("pwd").output == "/repo\n"
+    assert sandbox.run("pwd", cwd="/repo/pkg").output == "/repo/pkg\n"
+    assert sandbox.run(["ls"], cwd="/repo/tests").output == "test_calc.py\n"
+
+
+def test_run_env_is_added_and_the_host_env_does_not_leak(
+    make_sandbox: MakeSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("HARNESS_TEST_HOST_SECRET", "hunter2")
+    sandbox = make_sandbox()
+
+    assert sandbox.run('echo "$GREETING $HOME"', env={"GREETING": "hello"}).output == "hello /tmp\n"
+    assert sandbox.run("echo ${GREETING:-unset}").output == "unset\n"  # env is per command
+    assert "hunter2" not in sandbox.run("env").output
+
+
+def test_run_stdin(sandbox: ExecutorSandbox) -> None:
+    assert sandbox.run("tr a-z A-Z", stdin="hello\nworld\n").output == "HELLO\nWORLD\n"
+    # With no stdin given, a command reading it sees end-of-file instead of hanging.
+    result = sandbox.run("cat; echo done", timeout=5)
+    assert result.output == "done\n"
+    assert result.duration_s < 2
+
+
+# ---- files ----------------------------------------------------------------------------------------
+
+
+def test_write_and_read_binary_in_new_nested_folders(sandbox: ExecutorSandbox) -> None:
+    data = bytes(range(256)) * 1000 + b"\x00\xff\r\n"
+    sandbox.write_file("deep/nested/folder/blob.bin", data)
+    assert sandbox.read_file("deep/nested/folder/blob.bin") == data
+    assert sandbox.read_file("/repo/deep/nested/folder/blob.bin") == data
+    assert sandbox.run(["wc", "-c", "deep/nested/folder/blob.bin"]).output.split()[0] == str(len(data))
+
+    sandbox.write_file("/tmp/a/b/empty", b"")
+    assert sandbox.read_file("/tmp/a/b/empty") == b""
+
+    sandbox.write_file("pkg/calc.py", b"changed\n")  # overwrites
+    assert sandbox.read_file("pkg/calc.py") == b"changed\n"
+
+
+def test_read_errors_are_errors_not_a_broken_sandbox(sandbox: ExecutorSandbox) -> None:
+    with pytest.raises(SandboxError) as missing:
+        sandbox.read_file("no/such/file")
+    assert not isinstance(missing.value, SandboxUnusable)
+
+    sandbox.write_file("big.bin", b"x" * 5000)
+    with pytest.raises(SandboxError, match="over the limit"):
+        sandbox.read_file("big.bin", max_bytes=4096)
+
+    assert sandbox.failure is None
+    assert sandbox.run("echo fine").output == "fine\n"
+
+
+def test_copy_in_and_out_round_trip(sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "a" / "b").mkdir(parents=True)
+    (src / "a" / "b" / "data.bin").write_bytes(bytes(range(256)) * 64)
+    (src / "tool.sh").write_text("#!/bin/sh\necho tool ran\n")
+    (src / "tool.sh").chmod(0o755)
+    (src / "empty").mkdir()
+    (src / "link").symlink_to("a/b/data.bin")
+
+    sandbox.copy_in(src, "/repo/incoming")
+    assert sandbox.run("./incoming/tool.sh").output == "tool ran\n"
+
+    out = tmp_path / "out"
+    sandbox.copy_out("/repo/incoming", out)
+    assert tree(out) == tree(src)
+
+    whole = tmp_path / "whole"
+    sandbox.copy_out("/repo", whole)
+    incoming = {f"incoming/{name}": entry for name, entry in tree(src).items()}
+    assert tree(whole) == {**tree(sample_repo), "incoming": "dir", **incoming}
+
+
+# ---- reset ----------------------------------------------------------------------------------------
+
+
+def test_reset_restores_the_start_state_exactly(
+    sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path
+) -> None:
+    sandbox.write_file("pkg/calc.py", b"broken\n")
+    sandbox.write_file("new/folder/file.txt", b"new")
+    setup = sandbox.run(
+        "rm README.md && rm -r tests && mkdir -p locked/inner && touch locked/inner/f"
+        " && chmod 555 locked/inner locked && echo junk > /tmp/junk && mkdir /tmp/dir"
+        " && (nohup sleep 1000 >/dev/null 2>&1 &)"
+    )
+    assert setup.exit_code == 0, setup.output
+    assert sandbox.run("touch /opt/pristine/x").exit_code != 0  # the start state itself is read-only
+
+    sandbox.reset()
+
+    restored = tmp_path / "restored"
+    sandbox.copy_out("/repo", restored)
+    assert tree(restored) == tree(sample_repo)
+    assert sandbox.run("ls -A /tmp").output == ""
+    assert len(processes(sandbox)) == 2  # the executor and the ps
+    assert sandbox.run("python3 -c 'import pkg.calc; print(pkg.calc.add(2, 3))'").output == "5\n"
+
+
+def test_reset_twice_and_after_a_timeout(sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path) -> None:
+    sandbox.run("rm -r pkg; sleep 100", timeout=0.5)
+    sandbox.reset()
+    sandbox.reset()
+    restored = tmp_path / "restored"
+    sandbox.copy_out("/repo", restored)
+    assert tree(restored) == tree(sample_repo)
+
+
+# ---- close ----------------------------------------------------------------------------------------
+
+
+def test_close_is_safe_twice_and_a_closed_sandbox_is_unusable(
+    sandbox: ExecutorSandbox, tmp_path: Path
+) -> None:
+    sandbox.close()
+    sandbox.close()
+    with pytest.raises(SandboxUnusable):
+        sandbox.run("true")
+    with pytest.raises(SandboxUnusable):
+        sandbox.read_file("README.md")
+    with pytest.raises(SandboxUnusable):
+        sandbox.write_file("x", b"")
+    with pytest.raises(SandboxUnusable):
+        sandbox.copy_in(tmp_path, "/repo")
+    with pytest.raises(SandboxUnusable):
+        sandbox.copy_out("/repo", tmp_path / "out")
+    with pytest.raises(SandboxUnusable):
+        sandbox.reset()
+
+
+# ---- closed by default ----------------------------------------------------------------------------
+
+
+def status_fields(sandbox: ExecutorSandbox) -> dict[str, str]:
+    text = sandbox.read_file("/proc/self/status").decode()
+    return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+
+
+def test_no_capabilities_no_new_privileges_not_root(sandbox: ExecutorSandbox) -> None:
+    # /proc/self of a command, not of the executor: what the agent's processes get.
+    result = sandbox.run("grep -E '^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; id -u")
+    fields = dict(line.split(":\t") for line in result.output.splitlines() if ":\t" in line)
+    assert {name: int(value, 16) for name, value in fields.items() if name.startswith("Cap")} == {
+        "CapInh": 0,
+        "CapPrm": 0,
+        "CapEff": 0,
+        "CapBnd": 0,
+        "CapAmb": 0,
+    }
+    assert fields["NoNewPrivs"] == "1"
+    assert result.output.splitlines()[-1] == "1000"
+    assert status_fields(sandbox)["CapEff"] == "0000000000000000"  # the executor too
+
+
+@pytest.mark.parametrize("path", ["/usr/x", "/etc/x", "/x", "/opt/harness/executor.py"])
+def test_everything_outside_repo_and_tmp_is_read_only(sandbox: ExecutorSandbox, path: str) -> None:
+    result = sandbox.run(f"echo x > {path}")
+    assert result.exit_code != 0
+    assert "Read-only file system" in result.output or "Permission denied" in result.output
+
+
+@pytest.mark.parametrize("folder", ["/repo", "/tmp"])
+def test_programs_in_the_writable_folders_can_run(sandbox: ExecutorSandbox, folder: str) -> None:
+    sandbox.write_file(f"{folder}/bin/hello.sh", b"#!/bin/sh\necho hello from $0\n")
+    result = sandbox.run(f"chmod +x {folder}/bin/hello.sh && {folder}/bin/hello.sh")
+    assert result.output == f"hello from {folder}/bin/hello.sh\n"
+
+
+def test_repo_size_is_capped_with_a_clean_error(make_sandbox: MakeSandbox) -> None:
+    sandbox = make_sandbox(disk_mb=16, tmp_mb=16)
+    for folder in ("/repo", "/tmp"):
+        result = sandbox.run(f"head -c 40000000 /dev/zero > {folder}/big", timeout=20)
+        assert result.exit_code != 0
+        assert any(
+            error in result.output
+            for error in ("No space left on device", "File too large", "File size limit exceeded")
+        ), result.output
+        assert result.failure is None
+        size = int(sandbox.run(["stat", "-c", "%s", f"{folder}/big"]).output)
+        assert size <= 16 << 20
+        assert sandbox.run(f"rm {folder}/big && echo freed").output == "freed\n"
+    assert sandbox.run("echo still fine > /repo/ok && cat /repo/ok").output == "still fine\n"
+
+
+def test_host_processes_and_files_are_out_of_sight(sandbox: ExecutorSandbox, tmp_path: Path) -> None:
+    secret = tmp_path / "secret.txt"
+    secret.write_text("host secret")
+
+    listed = processes(sandbox)
+    assert len(listed) == 2, listed
+    assert listed[0].startswith("1 ") and "executor.py" in listed[0]
+    assert "ps -e" in listed[1]
+
+    for path in (
+        str(secret),
+        "/root/.bashrc",
+        "/root/.gitconfig",
+        "/work/shared/DESIGN.md",
+        "/work/main/envs/sandbox.py",
+        "/var/run/docker.sock",
+        "/run/docker.sock",
+        "/etc/shadow",
+    ):
+        result = sandbox.run(["cat", path])
+        assert result.exit_code != 0, f"{path} is readable in the sandbox: {result.output[:200]}"
