@@ -116,12 +116,15 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     identity = run_dir / "etc"
-    if not identity.is_dir():
-        identity.mkdir()
-        (identity / "passwd").write_text(
-            f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"
-        )
-        (identity / "group").write_text(f"root:x:0:\nagent:x:{SANDBOX_UID}:\n")
+    identity.mkdir(exist_ok=True)
+    for name, text in (
+        ("passwd", f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"),
+        ("group", f"root:x:0:\nagent:x:{SANDBOX_UID}:\n"),
+    ):
+        if not (identity / name).exists():  # threads start sandboxes at once: write, then rename
+            tmp = identity / f".{name}.{sandbox_id}"
+            tmp.write_text(text)
+            tmp.rename(identity / name)
     args += [
         "--ro-bind",
         str(identity / "passwd"),

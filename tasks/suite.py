@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tasks.model import HiddenTests, Limits, Task
-from tasks.patches import commit_tree, diff_trees, git
+from tasks.patches import NOISE, commit_tree, diff_trees, git
 
 BUILTIN_SUITES = Path(__file__).with_name("suites")
 
@@ -177,7 +177,8 @@ def materialize(task_id: str, source: Path, spec: TaskFile, path: Path) -> tuple
             with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
                 tar.extractall(tree, filter="data")
         else:
-            shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+            noise = [pattern.rstrip("/") for pattern in NOISE]
+            shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", *noise))
         for i, edit in enumerate(spec.bug):
             target_file = tree / edit.path
             if not target_file.is_file():
