@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from envs.factory import resolve_backend, start_sandbox
@@ -20,6 +20,11 @@ from envs.grading import Grade, Validation, grade_patch, validate_task
 from envs.lifecycle import install_signal_handlers, reap
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
+from harness.config import ConfigError, load_config
+from harness.rollout import RolloutConfig, RolloutSummary, rollout
+from harness.store import RunStore
+from harness.trajectory import Trajectory
+from policies.spec import PolicySpecError
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
 
@@ -155,6 +160,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_grade)
 
+    p = sub.add_parser("rollout", help="run G rollouts of each task of a suite with a policy, graded")
+    p.add_argument("--config", type=Path, default=None, help="a YAML rollout config")
+    p.add_argument("--suite", default=None)
+    p.add_argument(
+        "--policy", default=None, help="hf:PATH, tito:MODEL@URL, openai:MODEL@URL, scripted:gold, ..."
+    )
+    p.add_argument("--tasks", default=None, help="comma-separated task ids")
+    p.add_argument("--group-size", type=int, default=None)
+    p.add_argument("--concurrency", type=int, default=None)
+    p.add_argument("--backend", default=None)
+    p.add_argument("--out", default=None, help="the run directory (runs/NAME)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("overrides", nargs="*", help="key=value settings, e.g. summary.trigger_tokens=2048")
+    p.set_defaults(func=cmd_rollout)
+
     demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
     demo.add_argument("--backend", default="auto")
     demo.set_defaults(func=cmd_demo)
@@ -275,6 +295,74 @@ def print_grade(grade: Grade) -> None:
                 console.print(f"  {label}: {items}")
 
 
+def cmd_rollout(args: argparse.Namespace) -> int:
+    base: dict[str, object] = {}
+    for flag, key in (
+        ("suite", "suite"),
+        ("policy", "policy"),
+        ("group_size", "group_size"),
+        ("concurrency", "concurrency"),
+        ("out", "out"),
+    ):
+        if getattr(args, flag) is not None:
+            base[key] = getattr(args, flag)
+    if args.tasks is not None:
+        base["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
+    if args.backend is not None:
+        base["sandbox"] = {"backend": args.backend}
+    config = load_config(RolloutConfig, args.config, args.overrides, base)
+    console = Console(stderr=True)
+    with Progress(
+        TextColumn("[bold]rollout"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+        console=console,
+    ) as progress:
+        bar = progress.add_task("", total=None)
+
+        def on_progress(done: int, total: int, trajectory: Trajectory | None) -> None:
+            last = ""
+            if trajectory is not None:
+                last = f"{trajectory.task_id} #{trajectory.sample_index}: {trajectory.status} reward {trajectory.reward:.2f}"
+            progress.update(bar, completed=done, total=total, description=last)
+
+        try:
+            summary = rollout(config, on_progress=on_progress)
+        except KeyboardInterrupt:
+            progress.stop()
+            saved = len(list(RunStore(config.out).trajectories()))
+            console.print(
+                f"interrupted: {saved} finished trajectories are saved in {config.out}; run again to go on"
+            )
+            return 130
+    if args.json:
+        print(summary.model_dump_json(indent=1))
+    else:
+        print_rollout_summary(summary, config.out)
+    return 0
+
+
+def print_rollout_summary(summary: RolloutSummary, out: Path) -> None:
+    table = Table(title=f"rollout {out}", show_header=False)
+    rows = [
+        ("tasks", str(summary.tasks)),
+        ("trajectories", str(summary.trajectories)),
+        ("pass@1", f"{summary.pass_at_1:.3f}"),
+        ("pass@G", f"{summary.pass_at_g:.3f}"),
+        ("mean reward", f"{summary.mean_reward:.3f}"),
+        ("mean turns", f"{summary.mean_turns:.1f}"),
+        ("mean summaries", f"{summary.mean_summaries:.2f}"),
+        ("mean tokens", f"{summary.mean_tokens:.0f}"),
+        ("status", ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))),
+        ("failures", ", ".join(f"{k} {v}" for k, v in sorted(summary.failures.items())) or "none"),
+    ]
+    for name, value in rows:
+        table.add_row(name, value)
+    Console().print(table)
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from harness.demo import run_demo
 
@@ -293,7 +381,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SandboxError as e:
         print(f"harness: sandbox error: {e}", file=sys.stderr)
         return 3
-    except TaskError as e:
+    except (TaskError, ConfigError, PolicySpecError) as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
     return code

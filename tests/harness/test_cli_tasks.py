@@ -87,3 +87,23 @@ def test_grade_rejects_bad_input(tmp_path: Path) -> None:
         "grade", "--suite", str(MINI), "--task", "mini-001", "--patch", str(tmp_path / "none.patch")
     )
     assert proc.returncode != 0 and "no such file" in proc.stderr
+
+
+def test_the_builtin_suite_validates(backend: str) -> None:
+    """Every built-in task: gold patch correct and empty patch zero, three times each, on this backend."""
+    proc = harness(
+        "tasks",
+        "validate",
+        "--suite",
+        "builtin",
+        "--backend",
+        backend,
+        "--concurrency",
+        "3",
+        "--json",
+        timeout=600,
+    )
+    results = json.loads(proc.stdout)
+    assert len(results) >= 24
+    assert [r["task_id"] for r in results if not r["ok"]] == [], proc.stderr
+    assert proc.returncode == 0

@@ -1,0 +1,58 @@
+"""Run configs: a YAML file, then `key=value` overrides (dotted keys), parsed into a pydantic model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class ConfigError(ValueError):
+    """A config that cannot be used; the message names the file or override and the field."""
+
+
+def apply_override(data: dict[str, Any], override: str) -> None:
+    key, sep, raw = override.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"override {override!r}: expected key=value (e.g. sampling.temperature=0.7)")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:
+        raise ConfigError(f"override {override!r}: value is not valid YAML: {e}") from e
+    node = data
+    parts = key.strip().split(".")
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"override {override!r}: {part} is not a section")
+        node = child
+    node[parts[-1]] = value
+
+
+def load_config(
+    model: type[M], path: Path | None, overrides: list[str], base: dict[str, Any] | None = None
+) -> M:
+    """`base` (from command-line flags), then the file, then the overrides, validated as `model`."""
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except OSError as e:
+            raise ConfigError(f"config {path}: {e.strerror}") from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config {path}: not valid YAML: {e}") from e
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config {path}: expected a mapping at the top")
+        data.update(loaded)
+    for override in overrides:
+        apply_override(data, override)
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        where = f"config {path}" if path else "config"
+        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        raise ConfigError(f"{where}: {problems}") from e

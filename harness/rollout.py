@@ -1,0 +1,287 @@
+"""`harness rollout`: G rollouts of each task, C at a time, graded and saved as they finish.
+
+Episodes run in worker threads driven by asyncio (sandbox and model calls block); sandboxes are pooled
+per task and reset between episodes. Every finished trajectory is one fsynced line of the run file; a
+restarted run skips what is done. Ctrl-C stops cleanly: in-flight episodes are abandoned (they run
+again on restart), everything finished is already saved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import zlib
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.factory import start_sandbox
+from envs.grading import collect_patch, grade_patch
+from envs.replacing import ReplacingSandbox
+from envs.reward import RewardConfig
+from envs.sandbox import SandboxConfig, SandboxError
+from harness.loop import LoopConfig, Stopped, run_episode
+from harness.store import RunStore
+from harness.trajectory import Timings, Trajectory
+from policies.base import Policy, SamplingParams
+from policies.spec import make_policy
+from summarizer import SummaryConfig
+from tasks.model import Task
+from tasks.suite import load_suite
+from tools import Toolbox, ToolsConfig
+
+
+class RolloutConfig(BaseModel):
+    """A rollout run; saved as the run's config.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suite: str = "builtin"
+    """A built-in suite's name or a suite folder."""
+    tasks: list[str] | None = None
+    """Task ids to run (default: all of the suite)."""
+    policy: str = "scripted:gold"
+    """Policy spec: hf:PATH, tito:MODEL@URL, openai:MODEL@URL, litellm:MODEL, scripted:gold, scripted:FILE."""
+    group_size: int = Field(default=1, ge=1)
+    """Rollouts per task (G)."""
+    concurrency: int = Field(default=2, ge=1)
+    """Episodes at once (C)."""
+    seed: int = 0
+    out: Path = Path("runs/rollout")
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+
+class RolloutSummary(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tasks: int
+    trajectories: int
+    pass_at_1: float
+    pass_at_g: float
+    mean_reward: float
+    mean_turns: float
+    mean_summaries: float
+    mean_tokens: float
+    statuses: dict[str, int]
+    failures: dict[str, int]
+
+
+class SandboxPool:
+    """Idle sandboxes per task, reset before reuse; a sandbox that fails to reset is replaced."""
+
+    def __init__(self, config: SandboxConfig) -> None:
+        self.config = config
+        self.idle: dict[str, list[ReplacingSandbox]] = {}
+        self.busy: set[ReplacingSandbox] = set()
+        self.lock = threading.Lock()
+
+    def acquire(self, task: Task) -> ReplacingSandbox:
+        with self.lock:
+            sandbox = self.idle.get(task.id, []).pop() if self.idle.get(task.id) else None
+        if sandbox is not None:
+            try:
+                sandbox.reset()
+            except SandboxError:
+                sandbox.close()
+                sandbox = None
+        if sandbox is None:
+            config = self.config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
+            sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image))
+        with self.lock:
+            self.busy.add(sandbox)
+        for command in task.setup_commands:
+            result = sandbox.run(command)
+            if result.exit_code != 0:
+                raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+        return sandbox
+
+    def release(self, task: Task, sandbox: ReplacingSandbox) -> None:
+        with self.lock:
+            self.busy.discard(sandbox)
+            self.idle.setdefault(task.id, []).append(sandbox)
+
+    def close_all(self) -> None:
+        with self.lock:
+            everything = [*self.busy, *(s for group in self.idle.values() for s in group)]
+            self.busy.clear()
+            self.idle.clear()
+        for sandbox in everything:
+            sandbox.close()
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    return zlib.crc32(f"{seed}/{task_id}/{sample}".encode())
+
+
+def run_one(
+    task: Task,
+    sample: int,
+    policy: Policy,
+    config: RolloutConfig,
+    pool: SandboxPool,
+    stop: threading.Event,
+    run_name: str,
+) -> Trajectory:
+    """One rollout of one task: an episode, then its grade in a fresh sandbox."""
+    seed = episode_seed(config.seed, task.id, sample)
+    version = policy.version if policy.kind == "token" else 0
+    trajectory = Trajectory(
+        id=f"{task.id}/{sample}",
+        run=run_name,
+        task_id=task.id,
+        group_id=f"{task.id}@v{version}",
+        sample_index=sample,
+        policy=policy.spec,
+        policy_version=version,
+        seed=seed,
+        trainable=policy.kind == "token",
+        timings=Timings(started_at=time.time()),
+    )
+    started = time.monotonic()
+    toolbox = Toolbox(
+        ToolsConfig(test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled)
+    )
+    try:
+        sandbox = pool.acquire(task)
+    except SandboxError as e:
+        return _infra(trajectory, f"sandbox start: {e}", started)
+    try:
+        episode = run_episode(
+            task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
+        )
+        patch = collect_patch(sandbox, task)
+    except Stopped:
+        raise
+    except SandboxError as e:
+        if stop.is_set():
+            raise Stopped from e
+        return _infra(trajectory, f"sandbox: {e}", started)
+    except Exception as e:  # the sampler or its server failed: the harness's fault, not the model's
+        if stop.is_set():
+            raise Stopped from e
+        return _infra(trajectory, f"{type(e).__name__}: {e}", started)
+    finally:
+        pool.release(task, sandbox)
+    graded_at = time.monotonic()
+    grade = grade_patch(task, patch, config.sandbox, config.reward)
+    trajectory = trajectory.model_copy(
+        update={
+            "segments": episode.segments,
+            "summaries": episode.summaries,
+            "final_diff": patch,
+            "grade": grade,
+            "reward": grade.reward,
+            "status": "infra_error" if grade.infra_error else episode.status,
+            "status_reason": f"grading: {grade.infra_error}" if grade.infra_error else episode.status_reason,
+            "metrics": episode.metrics,
+            "ids_verified": episode.ids_verified,
+        }
+    )
+    trajectory.timings.generate_s = episode.generate_s
+    trajectory.timings.tools_s = episode.tools_s
+    trajectory.timings.grade_s = time.monotonic() - graded_at
+    trajectory.timings.duration_s = time.monotonic() - started
+    return trajectory
+
+
+def _infra(trajectory: Trajectory, reason: str, started: float) -> Trajectory:
+    trajectory.status, trajectory.status_reason = "infra_error", reason
+    trajectory.timings.duration_s = time.monotonic() - started
+    return trajectory
+
+
+def select(tasks: list[Task], ids: list[str] | None) -> list[Task]:
+    if ids is None:
+        return tasks
+    known = {t.id: t for t in tasks}
+    missing = [i for i in ids if i not in known]
+    if missing:
+        raise ValueError(f"no task {', '.join(missing)} in the suite")
+    return [known[i] for i in ids]
+
+
+def rollout(
+    config: RolloutConfig,
+    policy: Policy | None = None,
+    on_progress: Callable[[int, int, Trajectory | None], None] | None = None,
+) -> RolloutSummary:
+    """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
+    tasks = select(load_suite(config.suite), config.tasks)
+    store = RunStore(config.out)
+    store.create(config)
+    done = store.done()
+    jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
+    policy = policy or make_policy(config.policy)
+    pool = SandboxPool(config.sandbox)
+    stop = threading.Event()
+    write_lock = threading.Lock()
+    finished = 0
+    if on_progress is not None:
+        on_progress(0, len(jobs), None)
+
+    def job(task: Task, sample: int) -> None:
+        nonlocal finished
+        trajectory = run_one(task, sample, policy, config, pool, stop, config.out.name)
+        with write_lock:
+            if stop.is_set():
+                return  # an interrupted run saves only what finished before the interrupt
+            store.append_trajectory(trajectory)
+            finished += 1
+        if on_progress is not None:
+            on_progress(finished, len(jobs), trajectory)
+
+    async def main() -> None:
+        gate = asyncio.Semaphore(config.concurrency)
+
+        async def limited(task: Task, sample: int) -> None:
+            async with gate:
+                if not stop.is_set():
+                    try:
+                        await asyncio.to_thread(job, task, sample)
+                    except Stopped:
+                        pass
+
+        await asyncio.gather(*(limited(t, k) for t, k in jobs))
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        stop.set()
+        raise
+    finally:
+        stop.set()
+        pool.close_all()
+    return summarize(list(store.trajectories()), len(tasks))
+
+
+def summarize(trajectories: list[Trajectory], n_tasks: int) -> RolloutSummary:
+    graded = [t for t in trajectories if t.status != "infra_error"]
+    by_task: dict[str, list[bool]] = {}
+    for t in graded:
+        by_task.setdefault(t.task_id, []).append(bool(t.grade and t.grade.correct == 1.0))
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    failures = Counter(
+        (t.status_reason or t.status).split(":")[0].split(" (")[0] for t in trajectories if t.status != "ok"
+    )
+    return RolloutSummary(
+        tasks=n_tasks,
+        trajectories=len(trajectories),
+        pass_at_1=mean([mean([float(c) for c in v]) for v in by_task.values()]),
+        pass_at_g=mean([float(any(v)) for v in by_task.values()]),
+        mean_reward=mean([t.reward for t in graded]),
+        mean_turns=mean([t.metrics.turns for t in trajectories]),
+        mean_summaries=mean([t.metrics.summaries for t in trajectories]),
+        mean_tokens=mean([t.metrics.total_tokens for t in trajectories]),
+        statuses=dict(Counter(t.status for t in trajectories)),
+        failures=dict(failures),
+    )

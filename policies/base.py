@@ -1,0 +1,111 @@
+"""The policy protocols: a token policy samples ids from ids; a chat policy answers messages.
+
+Token policies (`hf`, `tito`) give trainable trajectories: the loop keeps the exact ids that went in and
+came out, with the sampler's log-probs. Chat policies (`openai`, `litellm`, `scripted`) work on messages;
+their trajectories are for evaluation and inspection only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.model import Task
+
+
+class SamplingParams(BaseModel):
+    """How one generation is sampled."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_new_tokens: int = Field(default=512, ge=1)
+    """Most tokens one generation may produce."""
+    temperature: float = Field(default=1.0, ge=0)
+    """0 means greedy."""
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    seed: int | None = None
+    """Seed of this generation's sampler; None draws one."""
+
+
+class Generation(BaseModel):
+    """One sampled continuation: exactly the ids the sampler produced, and their log-probs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    ids: list[int]
+    logprobs: list[float]
+    """log p(id) under the sampler's distribution (after temperature), one per id."""
+    finish_reason: Literal["stop", "length"]
+    """`stop`: the model ended its message (the last id is a stop id); `length`: max_new_tokens hit."""
+    policy_version: int = 0
+    """The learner step whose weights sampled these ids."""
+
+
+class Tokenizer(Protocol):
+    """The part of a Hugging Face tokenizer the loop uses."""
+
+    eos_token_id: int | None
+
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+
+class TokenPolicy(Protocol):
+    """Samples token ids given token ids. `tokenizer` renders messages the way the model was trained."""
+
+    kind: Literal["token"]
+    spec: str
+    tokenizer: Tokenizer
+
+    @property
+    def version(self) -> int:
+        """The policy version (learner step) of the weights now loaded."""
+        ...
+
+    def stop_ids(self) -> list[int]:
+        """Ids that end an assistant message (the chat template's end-of-turn token)."""
+        ...
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
+
+
+class ToolCall(BaseModel):
+    """A tool call as a chat API returns it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] | str
+    id: str | None = None
+
+
+class ChatReply(BaseModel):
+    """One assistant message from a chat policy, with the token usage its server reported."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    content: str = ""
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+class ChatPolicy(Protocol):
+    """Answers a conversation (OpenAI message dicts) with text and native tool calls.
+
+    `tools` is empty when the harness asks for a self-summary, which must be plain text.
+    """
+
+    kind: Literal["chat"]
+    spec: str
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+    ) -> ChatReply: ...
+
+
+Policy = TokenPolicy | ChatPolicy

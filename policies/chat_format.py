@@ -1,0 +1,84 @@
+"""Token ids of chat messages for token-exact episodes, from the model's own chat template.
+
+The first prompt of a segment is rendered whole. Every later message is rendered as a *delta*: the
+template applied to a fixed stand-in conversation plus the new message, minus the same conversation
+without it. Only that delta text is tokenized and joined to the ids so far, so earlier turns are never
+re-rendered or re-tokenized (DESIGN.md, contract 1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.base import Tokenizer
+
+_STAND_IN: list[dict[str, Any]] = [
+    {"role": "system", "content": "S"},
+    {"role": "user", "content": "U"},
+    {"role": "assistant", "content": "A"},
+]
+
+
+class ChatFormat:
+    """Renders messages into ids with one tokenizer's chat template."""
+
+    def __init__(self, tokenizer: Tokenizer, stop_ids: list[int]) -> None:
+        self.tokenizer = tokenizer
+        self.stop_ids = stop_ids
+        rendered = self._render(_STAND_IN, add_generation_prompt=False)
+        stop_text = tokenizer.decode(stop_ids[:1], skip_special_tokens=False)
+        at = rendered.rfind("A" + stop_text)
+        if not stop_ids or at < 0:
+            raise ValueError("the chat template does not end assistant messages with the stop token")
+        self._base = rendered
+        # What the template writes after the stop token of an assistant message ("\n" for ChatML).
+        self.closing_ids = self._encode(rendered[at + 1 + len(stop_text) :])
+
+    def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any) -> str:
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=add_generation_prompt, **kwargs
+        )
+        return str(text)
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
+        """The ids of a whole prompt, ending where the assistant's next message starts."""
+        return self._encode(self._render(messages, add_generation_prompt=True, tools=tools or None))
+
+    def after_generation(self, generated: list[int], finished: bool) -> list[int]:
+        """Ids the harness appends to close the assistant's message (a cut-off one gets the stop id)."""
+        if finished and generated and generated[-1] in self.stop_ids:
+            return list(self.closing_ids)
+        return [self.stop_ids[0], *self.closing_ids]
+
+    def message_ids(self, message: dict[str, Any]) -> list[int]:
+        """The ids of one more message after a closed assistant message, up to the next assistant turn."""
+        full = self._render([*_STAND_IN, message], add_generation_prompt=True)
+        if not full.startswith(self._base):
+            raise ValueError(
+                "the chat template re-renders earlier messages; token-exact deltas are impossible"
+            )
+        return self._encode(full[len(self._base) :])
+
+
+CHATML_TEMPLATE = (
+    "{%- if tools %}{{- '<|im_start|>system\\n' }}"
+    "{%- if messages[0].role == 'system' %}{{- messages[0].content + '\\n\\n' }}{%- endif %}"
+    "{{- '# Tools\\n\\nYou may call one or more functions. Function signatures within <tools></tools>:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each call, return a JSON object with the function name and arguments within "
+    '<tool_call></tool_call> tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": <args-json-object>}'
+    "\\n</tool_call><|im_end|>\\n' }}"
+    "{%- elif messages[0].role == 'system' %}"
+    "{{- '<|im_start|>system\\n' + messages[0].content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- for message in messages %}"
+    "{%- if message.role == 'system' %}"
+    "{%- elif message.role == 'tool' %}"
+    "{{- '<|im_start|>user\\n<tool_response>\\n' + message.content + '\\n</tool_response><|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+"""A ChatML template with Qwen2.5-style tools and tool responses, for models built here (tiny models)."""

@@ -1,0 +1,95 @@
+"""Scripted chat policies: deterministic agents for tests and demos, no model needed.
+
+- `scripted:gold` plays the task's gold patch through the real tools: look around, run the tests, apply
+  each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
+- `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
+  submits.
+
+The policy keeps no state between calls: the step it is on is counted from the conversation, and a
+self-summary records it (`[scripted-step N]`) so the next segment goes on from there.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, TypeAdapter
+
+from policies.base import ChatReply, SamplingParams, ToolCall
+from tasks.model import Task
+from tasks.patches import patch_as_edits, split_patch
+
+STEP_MARK = re.compile(r"\[scripted-step (\d+)\]")
+
+
+class ScriptedCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    arguments: dict[str, Any] = {}
+
+
+def gold_calls(task: Task) -> list[ScriptedCall]:
+    """The calls that apply the task's gold patch with the agent's own tools."""
+    if not task.gold_patch:
+        raise ValueError(f"task {task.id} has no gold patch to play")
+    calls = [ScriptedCall(name="list_dir", arguments={"path": "."}), ScriptedCall(name="run_tests")]
+    deleted = [part.old_path for part in split_patch(task.gold_patch) if part.new_path is None]
+    kept = "".join(part.text for part in split_patch(task.gold_patch) if part.new_path is not None)
+    for edit in patch_as_edits(kept):
+        if edit.old:
+            args = {"path": edit.path, "old_str": edit.old, "new_str": edit.new}
+            calls.append(ScriptedCall(name="edit", arguments=args))
+        else:
+            calls.append(ScriptedCall(name="write_file", arguments={"path": edit.path, "content": edit.new}))
+    for path in deleted:
+        calls.append(ScriptedCall(name="bash", arguments={"command": f"rm -f -- '{path}'"}))
+    calls.append(ScriptedCall(name="run_tests"))
+    return calls
+
+
+def load_script(path: Path) -> list[ScriptedCall]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise ValueError(f"scripted policy file {path}: {e}") from e
+    return TypeAdapter(list[ScriptedCall]).validate_python(data)
+
+
+class ScriptedPolicy:
+    """Matches `policies.base.ChatPolicy`."""
+
+    kind: Literal["chat"] = "chat"
+
+    def __init__(self, source: str) -> None:
+        self.spec = f"scripted:{source}"
+        self.script = None if source == "gold" else load_script(Path(source))
+
+    def calls(self, task: Task) -> list[ScriptedCall]:
+        return gold_calls(task) if self.script is None else self.script
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+    ) -> ChatReply:
+        done = self._steps_done(messages)
+        if not tools:  # a self-summary request
+            return ChatReply(content=f"I ran {done} steps of my script so far. [scripted-step {done}]")
+        calls = self.calls(task)
+        call = calls[done] if done < len(calls) else ScriptedCall(name="submit")
+        return ChatReply(
+            content=f"Step {done + 1}: {call.name}.",
+            tool_calls=[ToolCall(name=call.name, arguments=call.arguments, id=f"call_{done}")],
+        )
+
+    @staticmethod
+    def _steps_done(messages: list[dict[str, Any]]) -> int:
+        resumed = 0
+        for message in messages:
+            if message["role"] == "user":
+                found = STEP_MARK.findall(str(message.get("content", "")))
+                if found:
+                    resumed = int(found[-1])
+        return resumed + sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
