@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -15,6 +16,9 @@ from envs.bwrap import bwrap_path, start_bwrap
 from envs.docker import daemon_answers, start_docker
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
+
+if TYPE_CHECKING:
+    from policies.hf import HFPolicy
 
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -80,3 +84,19 @@ def make_sandbox(backend: str, sample_repo: Path) -> Iterator[Callable[..., Exec
 @pytest.fixture
 def sandbox(make_sandbox: Callable[..., ExecutorSandbox]) -> ExecutorSandbox:
     return make_sandbox()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random Qwen2 model and a locally trained tokenizer (`build_tiny_model`, seed 0)."""
+    from policies.tiny import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+@pytest.fixture(scope="session")
+def tiny_policy(tiny_model_path: Path) -> HFPolicy:
+    """One `HFPolicy` on the tiny model, shared: tests that change its weights make their own."""
+    from policies.hf import HFPolicy
+
+    return HFPolicy(tiny_model_path)
