@@ -207,35 +207,30 @@ def select(tasks: list[Task], ids: list[str] | None) -> list[Task]:
     return [known[i] for i in ids]
 
 
-def rollout(
+def run_batch(
+    jobs: list[tuple[Task, int]],
+    policy: Policy,
     config: RolloutConfig,
-    policy: Policy | None = None,
-    on_progress: Callable[[int, int, Trajectory | None], None] | None = None,
-) -> RolloutSummary:
-    """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
-    tasks = select(load_suite(config.suite), config.tasks)
-    store = RunStore(config.out)
-    store.create(config)
-    done = store.done()
-    jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
-    policy = policy or make_policy(config.policy)
-    pool = SandboxPool(config.sandbox)
-    stop = threading.Event()
-    write_lock = threading.Lock()
-    finished = 0
-    if on_progress is not None:
-        on_progress(0, len(jobs), None)
+    pool: SandboxPool,
+    save: Callable[[Trajectory], None],
+    stop: threading.Event | None = None,
+) -> list[Trajectory]:
+    """Runs the (task, sample index) jobs C at a time; `save` gets each trajectory as it finishes.
+
+    On Ctrl-C the episodes in flight are abandoned (nothing of them is saved) and KeyboardInterrupt
+    propagates once their threads have let go of their sandboxes.
+    """
+    stop = stop or threading.Event()
+    save_lock = threading.Lock()
+    finished: list[Trajectory] = []
 
     def job(task: Task, sample: int) -> None:
-        nonlocal finished
         trajectory = run_one(task, sample, policy, config, pool, stop, config.out.name)
-        with write_lock:
+        with save_lock:
             if stop.is_set():
-                return  # an interrupted run saves only what finished before the interrupt
-            store.append_trajectory(trajectory)
-            finished += 1
-        if on_progress is not None:
-            on_progress(finished, len(jobs), trajectory)
+                return  # an interrupted run keeps only what finished before the interrupt
+            save(trajectory)
+            finished.append(trajectory)
 
     async def main() -> None:
         gate = asyncio.Semaphore(config.concurrency)
@@ -254,9 +249,38 @@ def rollout(
         asyncio.run(main())
     except KeyboardInterrupt:
         stop.set()
+        pool.close_all()  # in-flight calls fail fast, so their threads end
         raise
+    return finished
+
+
+def rollout(
+    config: RolloutConfig,
+    policy: Policy | None = None,
+    on_progress: Callable[[int, int, Trajectory | None], None] | None = None,
+) -> RolloutSummary:
+    """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
+    tasks = select(load_suite(config.suite), config.tasks)
+    store = RunStore(config.out)
+    store.create(config)
+    done = store.done()
+    jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
+    policy = policy or make_policy(config.policy)
+    pool = SandboxPool(config.sandbox)
+    count = 0
+    if on_progress is not None:
+        on_progress(0, len(jobs), None)
+
+    def save(trajectory: Trajectory) -> None:
+        nonlocal count
+        store.append_trajectory(trajectory)
+        count += 1
+        if on_progress is not None:
+            on_progress(count, len(jobs), trajectory)
+
+    try:
+        run_batch(jobs, policy, config, pool, save)
     finally:
-        stop.set()
         pool.close_all()
     return summarize(list(store.trajectories()), len(tasks))
 
