@@ -133,11 +133,11 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         str(identity / "group"),
         "/etc/group",
     ]
-    for d in python_dirs():
-        args += ["--ro-bind", d, d]
     args += ["--proc", "/proc", "--dev", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
+    for d in python_dirs():  # after the tmpfs mounts: a Python under /tmp must not be hidden by them
+        args += ["--ro-bind", d, d]
     pristine = []
     if source_dir is not None:
         args += ["--ro-bind", str(Path(source_dir).resolve()), "/opt/pristine"]

@@ -12,6 +12,8 @@ import json
 import os
 import sys
 
+READY = "harness-grader-ready"
+
 
 class Recorder:
     """A pytest plugin object: one outcome per node id (passed, failed, error, skipped)."""
@@ -44,13 +46,16 @@ def main() -> None:
     report_path, ini, root, *ids = sys.argv[1:]
     files = sorted({i.split("::", 1)[0] for i in ids})
     present = [f for f in files if os.path.isfile(os.path.join(root, f))]
+    import pytest  # before the repository is on sys.path: a pytest.py of the agent's is never this one
+
+    # Everything before this line is the grader's own; a run whose output lacks it never got to the
+    # code under test, so its failure is the harness's (an infra error), not the patch's.
+    print(READY, flush=True)
     os.chdir(root)
     sys.path.insert(0, root)
     recorder = Recorder()
     exit_code = None
     if present:
-        import pytest
-
         args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *present]
         exit_code = int(pytest.main(args, plugins=[recorder]))
     report = {

@@ -29,6 +29,8 @@ from tasks.model import Task
 from tasks.patches import diff_trees, filter_patch, split_patch
 
 RUNNER = Path(__file__).with_name("grade_runner.py")
+READY = "harness-grader-ready"
+"""Printed by the runner once pytest is imported, before any code of the repository runs."""
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 
@@ -152,6 +154,8 @@ def _grade_in(
         timeout=timeout,
         env={"PYTHONHASHSEED": "0"},
     )
+    if READY not in run.output and not run.timed_out:
+        raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     try:
         outcomes: dict[str, str] = json.loads(sandbox.read_file(report))["outcomes"]
     except (SandboxError, ValueError, KeyError):
