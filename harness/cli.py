@@ -175,6 +175,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. summary.trigger_tokens=2048")
     p.set_defaults(func=cmd_rollout)
 
+    p = sub.add_parser(
+        "serve", help="serve a Hugging Face model over an OpenAI-compatible API (token ids in and out)"
+    )
+    p.add_argument("--model", required=True, help="a Hugging Face model folder")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.set_defaults(func=cmd_serve)
+
     demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
     demo.add_argument("--backend", default="auto")
     demo.set_defaults(func=cmd_demo)
@@ -361,6 +369,15 @@ def print_rollout_summary(summary: RolloutSummary, out: Path) -> None:
     for name, value in rows:
         table.add_row(name, value)
     Console().print(table)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from harness.serve import serve
+
+    if not Path(args.model).is_dir():
+        raise SystemExit(f"harness serve: --model {args.model}: not a model folder")
+    serve(args.model, host=args.host, port=args.port)
+    return 0
 
 
 def cmd_demo(args: argparse.Namespace) -> int:

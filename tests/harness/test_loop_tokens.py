@@ -164,3 +164,38 @@ def test_the_loss_mask_is_one_exactly_on_model_tokens(
                 assert summary_turns[0].text.strip() in next_prompt
             else:
                 assert not summary_turns
+
+
+def test_token_exact_episodes_through_harness_serve_and_tito(
+    tiny_policy: HFPolicy, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """The same contract over HTTP: a served model, sampled by token ids through the tito backend."""
+    from harness.serve import create_app, running
+    from policies.spec import make_policy
+
+    out = tmp_path / "tito"
+    served = HFPolicy(tiny_model_path)
+    app = create_app(served, model_name=str(tiny_model_path))
+    with running(app) as url:
+        policy = make_policy(f"tito:{tiny_model_path}@{url}")
+        assert policy.kind == "token"
+        config = RolloutConfig.model_validate(
+            {
+                "suite": str(MINI),
+                "policy": policy.spec,
+                "out": str(out),
+                "loop": {"max_turns": 12},
+                "sampling": {"max_new_tokens": 40, "temperature": TEMPERATURE},
+                "summary": {"trigger_tokens": prompt_tokens(tiny_policy) + 160, "max_summary_tokens": 24},
+                "sandbox": {"backend": "bwrap"},
+            }
+        )
+        rollout(config, policy=policy)
+    (trajectory,) = RunStore(out).trajectories()
+    assert trajectory.trainable and trajectory.ids_verified and trajectory.metrics.summaries >= 3
+    worst = 0.0
+    for segment in trajectory.segments:
+        ids, mask, sampled = segment.ids_and_mask()
+        recomputed = sequence_logprobs(tiny_policy.model, ids, 1, TEMPERATURE)
+        worst = max([worst, *(abs(recomputed[i - 1] - sampled[i]) for i in range(1, len(ids)) if mask[i])])
+    assert worst <= 1e-4, worst

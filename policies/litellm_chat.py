@@ -1,0 +1,63 @@
+"""A chat policy through litellm, which speaks to most hosted model APIs (`litellm:anthropic/...`).
+
+litellm is an optional dependency: `pip install coding-harness[litellm]`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Literal
+
+from policies.base import ChatReply, SamplingParams, ToolCall
+from tasks.model import Task
+
+
+class LiteLLMChatPolicy:
+    """Matches `policies.base.ChatPolicy`; `model` is a litellm model name, keys come from its usual
+    environment variables (OPENAI_API_KEY, ANTHROPIC_API_KEY, ...)."""
+
+    kind: Literal["chat"] = "chat"
+
+    def __init__(self, model: str, timeout_s: float = 600.0, max_retries: int = 3) -> None:
+        # Without this, importing litellm downloads its model price list; a sandboxed run has no network.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        try:
+            import litellm
+        except ImportError as e:
+            raise ImportError(
+                "the litellm policy needs litellm: pip install 'coding-harness[litellm]'"
+            ) from e
+        self.spec = f"litellm:{model}"
+        self.model = model
+        self.timeout_s = timeout_s
+        self.max_retries = max_retries
+        self._litellm = litellm
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+    ) -> ChatReply:
+        extra: dict[str, Any] = {"tools": tools} if tools else {}
+        if params.seed is not None:
+            extra["seed"] = params.seed
+        response = self._litellm.completion(
+            model=self.model,
+            messages=messages,
+            max_tokens=params.max_new_tokens,
+            temperature=params.temperature,
+            top_p=params.top_p,
+            timeout=self.timeout_s,
+            num_retries=self.max_retries,
+            **extra,
+        )
+        message = response.choices[0].message
+        calls = [
+            ToolCall(name=call.function.name, arguments=call.function.arguments, id=call.id)
+            for call in message.tool_calls or []
+        ]
+        usage = response.usage
+        return ChatReply(
+            content=message.content or "",
+            tool_calls=calls,
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+        )

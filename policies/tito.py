@@ -1,0 +1,227 @@
+"""Token-in, token-out over HTTP: a token policy on an OpenAI-compatible completions server.
+
+The prompt goes out as token ids and the sampled ids come back as ids, never through text, so a trajectory
+holds exactly what the sampler saw and drew (DESIGN.md, contract 1). Works with `harness serve` and with
+vLLM: `return_token_ids` gives the ids (older vLLM without it: `return_tokens_as_token_ids` gives
+"token_id:N" tokens, parsed here). For training on a vLLM server, start it with
+`--logprobs-mode processed_logprobs` so its log-probs are those of the sampler's distribution (after
+temperature), as `Generation` defines them; by default vLLM returns the raw model's.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import httpx
+from pydantic import BaseModel, ConfigDict, ValidationError
+from transformers import AutoTokenizer, PreTrainedTokenizerBase
+
+from policies.base import Generation, SamplingParams, Tokenizer
+
+_TOKEN_ID_PREFIX = "token_id:"
+
+
+class SamplerError(RuntimeError):
+    """The completions server failed, or answered something that would break token-exactness."""
+
+
+class _LogProbs(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    tokens: list[str]
+    token_logprobs: list[float | None]
+
+
+class _Choice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    finish_reason: Literal["stop", "length"]
+    """Anything else (vLLM's "abort", a missing reason) is an error."""
+    logprobs: _LogProbs | None = None
+    token_ids: list[int] | None = None
+    prompt_token_ids: list[int] | None = None
+
+
+class _Completion(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    choices: list[_Choice]
+    policy_version: int | None = None
+    """Sent by `harness serve`; vLLM has no such field."""
+
+
+class _ModelCard(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    id: str
+    policy_version: int | None = None
+    """Listed by `harness serve`; vLLM has no such field."""
+
+
+class _ModelList(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    data: list[_ModelCard]
+
+
+class TitoPolicy:
+    """Matches `policies.base.TokenPolicy`; samples on the server at `base_url` (e.g. http://host:8000/v1).
+
+    `model` is the server's model name; the tokenizer (for chat templates and stop ids) loads locally from
+    `tokenizer_path`, by default `model` read as a local folder. Connection errors, timeouts and 5xx answers
+    are retried `max_retries` times with backoff; a 4xx answer raises at once.
+    """
+
+    kind: Literal["token"] = "token"
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str,
+        tokenizer_path: str | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+    ) -> None:
+        self.spec = f"tito:{model}@{base_url}"
+        self.model = model
+        self.base_url = base_url.rstrip("/")
+        self.max_retries = max_retries
+        path = tokenizer_path or model
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        # HF types decode as returning `str | list[str]`; for a list of ids it is a str, as `Tokenizer` says.
+        self.tokenizer = cast(Tokenizer, tokenizer)
+        self._stop_ids = _stop_ids(tokenizer, Path(path))
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
+        self._last_version = 0
+
+    @property
+    def version(self) -> int:
+        """The server's policy version (`harness serve` lists it with the model); else the last one seen."""
+        try:
+            models = _ModelList.model_validate(self._request("GET", "/models"))
+        except ValidationError as e:
+            raise SamplerError(f"{self.base_url}/models answered an unexpected body: {e}") from e
+        for card in models.data:
+            if card.id == self.model and card.policy_version is not None:
+                self._last_version = card.policy_version
+        return self._last_version
+
+    def stop_ids(self) -> list[int]:
+        return list(self._stop_ids)
+
+    def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.model,
+            "prompt": prompt_ids,
+            "max_tokens": params.max_new_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+            "stop_token_ids": self._stop_ids,
+        }
+        if params.seed is not None:
+            body["seed"] = params.seed
+        answer = self._request("POST", "/completions", body)
+        gen = read_completion(answer, prompt_ids, self._last_version)
+        self._last_version = gen.policy_version
+        return gen
+
+    def close(self) -> None:
+        self._client.close()
+
+    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
+        url = self.base_url + path
+        for attempt in range(self.max_retries + 1):
+            last = attempt == self.max_retries
+            try:
+                response = self._client.request(method, url, json=body)
+            except httpx.TransportError as e:
+                if last:
+                    raise SamplerError(f"{method} {url}: {type(e).__name__}: {e}") from e
+            else:
+                if response.status_code < 400:
+                    data = response.json()
+                    if not isinstance(data, dict):
+                        raise SamplerError(f"{method} {url}: expected a JSON object, got {data!r:.200}")
+                    return data
+                if response.status_code < 500 or last:
+                    raise SamplerError(
+                        f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}"
+                    )
+            time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def read_completion(answer: dict[str, Any], prompt_ids: list[int], version: int = 0) -> Generation:
+    """The `Generation` in a completions answer to `prompt_ids`; `version` when the server names none."""
+    try:
+        completion = _Completion.model_validate(answer)
+    except ValidationError as e:
+        raise SamplerError(f"the completions server answered an unexpected body: {e}") from e
+    if len(completion.choices) != 1:
+        raise SamplerError(f"expected one choice, got {len(completion.choices)}")
+    choice = completion.choices[0]
+    if choice.prompt_token_ids is not None and choice.prompt_token_ids != prompt_ids:
+        raise SamplerError(
+            "the server sampled from other prompt ids than were sent "
+            f"({len(choice.prompt_token_ids)} ids back, {len(prompt_ids)} sent; "
+            f"first difference at {_first_difference(choice.prompt_token_ids, prompt_ids)})"
+        )
+    ids, logprobs = _ids_and_logprobs(choice)
+    return Generation(
+        ids=ids,
+        logprobs=logprobs,
+        finish_reason=choice.finish_reason,
+        policy_version=version if completion.policy_version is None else completion.policy_version,
+    )
+
+
+def _ids_and_logprobs(choice: _Choice) -> tuple[list[int], list[float]]:
+    if choice.logprobs is None:
+        raise SamplerError("the server returned no logprobs (was `logprobs: 0` ignored?)")
+    ids = choice.token_ids
+    if ids is None:  # vLLM before `return_token_ids`: the tokens are "token_id:N" strings
+        if not all(t.startswith(_TOKEN_ID_PREFIX) for t in choice.logprobs.tokens):
+            raise SamplerError("the server returned neither token_ids nor 'token_id:N' tokens")
+        ids = [int(t.removeprefix(_TOKEN_ID_PREFIX)) for t in choice.logprobs.tokens]
+    logprobs = choice.logprobs.token_logprobs
+    if len(logprobs) != len(ids):
+        raise SamplerError(f"{len(ids)} token ids but {len(logprobs)} log-probs")
+    if any(lp is None for lp in logprobs):
+        raise SamplerError("the server left out the log-prob of a sampled token")
+    return ids, [float(lp) for lp in logprobs if lp is not None]
+
+
+def _stop_ids(tokenizer: PreTrainedTokenizerBase, path: Path) -> list[int]:
+    """The eos id, `<|endoftext|>` where the vocabulary has it (as `HFPolicy` stops), and the eos ids of
+    `generation_config.json` (which vLLM stops on too)."""
+    ids: list[int] = []
+    if tokenizer.eos_token_id is not None:
+        ids.append(int(tokenizer.eos_token_id))
+    end_of_text = tokenizer.get_vocab().get("<|endoftext|>")
+    if end_of_text is not None:
+        ids.append(int(end_of_text))
+    config = path / "generation_config.json"
+    if config.is_file():
+        eos = json.loads(config.read_text()).get("eos_token_id")
+        ids += [int(i) for i in (eos if isinstance(eos, list) else [eos]) if isinstance(i, int)]
+    if not ids:
+        raise ValueError(f"the tokenizer at {path} has no eos token to end an assistant message")
+    return list(dict.fromkeys(ids))
+
+
+def _first_difference(a: list[int], b: list[int]) -> int:
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
+def _error_message(response: httpx.Response) -> str:
+    try:
+        return str(response.json()["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return response.text[:500]
