@@ -364,12 +364,28 @@ class Executor:
             return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 
-def clear_dir(path: str) -> None:
+def mount_points() -> set[str]:
+    points = set()
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            points.add(line.split()[4].replace("\\040", " "))
+    return points
+
+
+def clear_dir(path: str, mounts: set[str] | None = None) -> None:
+    """Empties a folder, leaving alone what the sandbox mounted into it (the harness's Python may
+    live under /tmp on the host, bound read-only at the same path)."""
     if not os.path.isdir(path):
         os.makedirs(path, exist_ok=True)
         return
+    mounts = mount_points() if mounts is None else mounts
     for name in os.listdir(path):
         full = os.path.join(path, name)
+        if full in mounts:
+            continue
+        if any(m.startswith(full + "/") for m in mounts):
+            clear_dir(full, mounts)
+            continue
         if os.path.isdir(full) and not os.path.islink(full):
             shutil.rmtree(full, ignore_errors=True)
             if os.path.exists(full):  # read-only dirs made by the agent

@@ -32,7 +32,7 @@ class ChatFormat:
             raise ValueError("the chat template does not end assistant messages with the stop token")
         self._base = rendered
         # What the template writes after the stop token of an assistant message ("\n" for ChatML).
-        self.closing_ids = self._encode(rendered[at + 1 + len(stop_text) :])
+        self.closing_ids = self.encode(rendered[at + 1 + len(stop_text) :])
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any) -> str:
         text = self.tokenizer.apply_chat_template(
@@ -40,12 +40,12 @@ class ChatFormat:
         )
         return str(text)
 
-    def _encode(self, text: str) -> list[int]:
+    def encode(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> list[int]:
         """The ids of a whole prompt, ending where the assistant's next message starts."""
-        return self._encode(self._render(messages, add_generation_prompt=True, tools=tools or None))
+        return self.encode(self._render(messages, add_generation_prompt=True, tools=tools or None))
 
     def after_generation(self, generated: list[int], finished: bool) -> list[int]:
         """Ids the harness appends to close the assistant's message (a cut-off one gets the stop id)."""
@@ -60,7 +60,7 @@ class ChatFormat:
             raise ValueError(
                 "the chat template re-renders earlier messages; token-exact deltas are impossible"
             )
-        return self._encode(full[len(self._base) :])
+        return self.encode(full[len(self._base) :])
 
 
 CHATML_TEMPLATE = (

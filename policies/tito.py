@@ -132,6 +132,13 @@ class TitoPolicy:
         self._last_version = gen.policy_version
         return gen
 
+    def load_weights(self, checkpoint: Path, version: int) -> None:
+        """Asks the server to load new weights from a checkpoint folder it can read (`harness serve`)."""
+        answer = self._request("POST", "/load_weights", {"path": str(checkpoint), "version": version})
+        if not answer.get("ok"):
+            raise SamplerError(f"{self.base_url}/load_weights refused {checkpoint}: {answer}")
+        self._last_version = version
+
     def close(self) -> None:
         self._client.close()
 

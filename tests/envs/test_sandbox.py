@@ -269,3 +269,21 @@ def test_host_processes_and_files_are_out_of_sight(sandbox: ExecutorSandbox, tmp
     ):
         result = sandbox.run(["cat", path])
         assert result.exit_code != 0, f"{path} is readable in the sandbox: {result.output[:200]}"
+
+
+def test_clearing_a_folder_spares_what_is_mounted_inside_it(tmp_path: Path) -> None:
+    """A harness checked out under /tmp has its Python bound read-only into the sandbox's /tmp."""
+    from envs.executor import clear_dir
+
+    (tmp_path / "checkout" / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / "checkout" / ".venv" / "bin" / "python").write_text("")
+    (tmp_path / "checkout" / "junk.txt").write_text("x")
+    (tmp_path / "scratch" / "deep").mkdir(parents=True)
+    (tmp_path / "file").write_text("x")
+    clear_dir(str(tmp_path), mounts={str(tmp_path / "checkout" / ".venv")})
+    assert sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*")) == [
+        "checkout",
+        "checkout/.venv",
+        "checkout/.venv/bin",
+        "checkout/.venv/bin/python",
+    ]
