@@ -125,7 +125,13 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> dict[str,
         mask[b, : n - 1] = torch.tensor(r.mask[1:], dtype=torch.float32)
         sampler[b, : n - 1] = torch.tensor(r.sampler_logprobs[1:], dtype=torch.float32)
         advantage[b, : n - 1] = r.advantage * mask[b, : n - 1]
-    out = {"input_ids": ids, "attention_mask": attention, "mask": mask, "sampler": sampler, "advantage": advantage}
+    out = {
+        "input_ids": ids,
+        "attention_mask": attention,
+        "mask": mask,
+        "sampler": sampler,
+        "advantage": advantage,
+    }
     return {k: v.to(device) for k, v in out.items()}
 
 
@@ -221,7 +227,9 @@ class Learner:
             if self.config.entropy_coef:
                 probs = torch.softmax(logits, dim=-1)  # (B, T-1, V)
                 entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # (B, T-1)
-                loss = loss - self.config.entropy_coef * (entropy * batch["mask"]).sum() / max(1.0, norm_tokens)
+                loss = loss - self.config.entropy_coef * (entropy * batch["mask"]).sum() / max(
+                    1.0, norm_tokens
+                )
             loss.backward()
             tokens = float(batch["mask"].sum().item())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.item())
@@ -234,7 +242,9 @@ class Learner:
         out: dict[str, float] = {}
         total = self._total(sums.get("tokens", 0.0))
         for name, value in sums.items():
-            out[name] = self._total(value) if name in ("loss", "tokens") else self._total(value) / max(1.0, total)
+            out[name] = (
+                self._total(value) if name in ("loss", "tokens") else self._total(value) / max(1.0, total)
+            )
         out.update(maxes)
         return out
 

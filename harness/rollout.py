@@ -212,7 +212,7 @@ def run_batch(
     policy: Policy,
     config: RolloutConfig,
     pool: SandboxPool,
-    save: Callable[[Trajectory], None],
+    save: Callable[[Trajectory], object],
     stop: threading.Event | None = None,
 ) -> list[Trajectory]:
     """Runs the (task, sample index) jobs C at a time; `save` gets each trajectory as it finishes.

@@ -10,12 +10,24 @@ trained on.
 from __future__ import annotations
 
 import json
+import random
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
-from harness.learner import Row
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.sandbox import SandboxConfig
+from harness.learner import Learner, LearnerConfig, Row
+from harness.loop import LoopConfig
+from harness.rollout import RolloutConfig, rollout
+from harness.store import RunStore
 from harness.trajectory import Trajectory
 from policies.chat_format import ChatFormat
+from policies.hf import HFPolicy
+from summarizer import SummaryConfig
+from tasks.suite import load_suite
+from tools import Toolbox, ToolsConfig
 
 
 def assistant_text(message: dict[str, Any]) -> str:
@@ -61,3 +73,64 @@ def sft_rows(
             if segment.messages:
                 rows.append(segment_row(segment.messages, tools_for(t.task_id), fmt))
     return rows
+
+
+class SFTConfig(BaseModel):
+    """A supervised warm start on gold trajectories of a suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    """A Hugging Face model folder with the starting weights."""
+    suite: str = "builtin"
+    tasks: list[str] | None = None
+    out: Path = Path("runs/sft")
+    script: str = "gold"
+    """The scripted policy that makes the trajectories: `gold` or `gold-min`."""
+    epochs: int = Field(default=10, ge=1)
+    rows_per_step: int = Field(default=8, ge=1)
+    seed: int = 0
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
+
+
+def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] | None = None) -> Path:
+    """Rolls out the gold script, trains on it, and saves the model to OUT/model; returns that folder."""
+    gold = RolloutConfig(
+        suite=config.suite, tasks=config.tasks, policy=f"scripted:{config.script}", out=config.out / "gold",
+        seed=config.seed, loop=config.loop, summary=config.summary, sandbox=config.sandbox,
+    )  # fmt: skip
+    rollout(gold)
+    trajectories = list(RunStore(gold.out).trajectories())
+    tasks = {t.id: t for t in load_suite(config.suite)}
+    policy = HFPolicy(config.model, seed=config.seed)
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+
+    def tools_for(task_id: str) -> list[dict[str, Any]]:
+        task = tasks[task_id]
+        allowed = ToolsConfig(
+            test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled
+        )
+        return Toolbox(allowed).schemas()
+
+    rows = sft_rows(trajectories, tools_for, fmt)
+    if not rows:
+        raise ValueError(f"no solved gold trajectory in {gold.out} to train on")
+    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
+    learner = Learner(policy.model, config.learner, pad_id=pad_id)
+    order = random.Random(config.seed)
+    step = 0
+    for _ in range(config.epochs):
+        shuffled = list(rows)
+        order.shuffle(shuffled)
+        for start in range(0, len(shuffled), config.rows_per_step):
+            metrics = learner.sft_step(shuffled[start : start + config.rows_per_step])
+            if on_step is not None:
+                on_step(step, metrics)
+            step += 1
+    out = config.out / "model"
+    policy.model.save_pretrained(out, safe_serialization=True)
+    policy.tokenizer.save_pretrained(out)  # type: ignore[attr-defined]
+    return out

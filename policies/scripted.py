@@ -2,6 +2,7 @@
 
 - `scripted:gold` plays the task's gold patch through the real tools: look around, run the tests, apply
   each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
+  `scripted:gold-min` only applies the hunks and submits.
 - `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
   submits.
 
@@ -32,11 +33,16 @@ class ScriptedCall(BaseModel):
     arguments: dict[str, Any] = {}
 
 
-def gold_calls(task: Task) -> list[ScriptedCall]:
-    """The calls that apply the task's gold patch with the agent's own tools."""
+def gold_calls(task: Task, explore: bool = True) -> list[ScriptedCall]:
+    """The calls that apply the task's gold patch with the agent's own tools.
+
+    With `explore` the agent first looks around and runs the tests, and runs them again after the fix;
+    without it, it only edits (the shortest solving episode, for warm starts of tiny models).
+    """
     if not task.gold_patch:
         raise ValueError(f"task {task.id} has no gold patch to play")
     calls = [ScriptedCall(name="list_dir", arguments={"path": "."}), ScriptedCall(name="run_tests")]
+    calls = calls if explore else []
     deleted = [part.old_path for part in split_patch(task.gold_patch) if part.new_path is None]
     kept = "".join(part.text for part in split_patch(task.gold_patch) if part.new_path is not None)
     for edit in patch_as_edits(kept):
@@ -47,7 +53,8 @@ def gold_calls(task: Task) -> list[ScriptedCall]:
             calls.append(ScriptedCall(name="write_file", arguments={"path": edit.path, "content": edit.new}))
     for path in deleted:
         calls.append(ScriptedCall(name="bash", arguments={"command": f"rm -f -- '{path}'"}))
-    calls.append(ScriptedCall(name="run_tests"))
+    if explore:
+        calls.append(ScriptedCall(name="run_tests"))
     return calls
 
 
@@ -66,10 +73,13 @@ class ScriptedPolicy:
 
     def __init__(self, source: str) -> None:
         self.spec = f"scripted:{source}"
-        self.script = None if source == "gold" else load_script(Path(source))
+        self.source = source
+        self.script = None if source in ("gold", "gold-min") else load_script(Path(source))
 
     def calls(self, task: Task) -> list[ScriptedCall]:
-        return gold_calls(task) if self.script is None else self.script
+        if self.script is None:
+            return gold_calls(task, explore=self.source == "gold")
+        return self.script
 
     def respond(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams

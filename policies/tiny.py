@@ -106,8 +106,8 @@ def _train_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
 
 
 def _corpus() -> list[str]:
-    """The built-in suite's files, in a fixed order, and generated tool-use conversations."""
-    suite = files("tasks").joinpath("suites", "builtin")
+    """The built-in suites' files, in a fixed order, and generated tool-use conversations."""
+    suite = files("tasks").joinpath("suites")
     texts = [item.read_text(encoding="utf-8") for item in sorted(_walk(suite), key=lambda t: str(t))]
     rng = random.Random(0)
     texts += [_conversation(rng) for _ in range(300)]

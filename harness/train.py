@@ -1,0 +1,157 @@
+"""`harness train`: sample tasks, roll out groups with the current policy, grade, update, repeat.
+
+Each step: draw `tasks_per_step` tasks, run `group_size` rollouts of each with the current weights
+(in-process; every token tagged with the policy version that sampled it), grade them, turn rewards into
+group advantages, take one optimizer step, and hand the new weights to the sampler. Metrics go to
+metrics.jsonl and TensorBoard, trajectories to trajectories.jsonl, checkpoints to checkpoints/step-N.
+`resume=True` continues from the last checkpoint; finished rollouts of the interrupted step are reused
+from the run file, so a resumed run on a CPU gives the results of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.reward import RewardConfig
+from envs.sandbox import SandboxConfig
+from harness.checkpoint import MetricsWriter, latest_checkpoint, load_checkpoint, save_checkpoint
+from harness.learner import Learner, LearnerConfig, rows_from_trajectories
+from harness.loop import LoopConfig
+from harness.rollout import RolloutConfig, SandboxPool, run_batch, select
+from harness.store import RunStore, read_lines, write_atomic
+from harness.trajectory import Trajectory
+from policies.base import SamplingParams
+from policies.hf import HFPolicy
+from summarizer import SummaryConfig
+from tasks.suite import load_suite
+
+
+class TrainConfig(BaseModel):
+    """A training run; saved as the run's config.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    """A Hugging Face model folder with the starting weights."""
+    suite: str = "builtin"
+    tasks: list[str] | None = None
+    """Task ids to train on (default: the whole suite)."""
+    out: Path = Path("runs/train")
+    steps: int = Field(default=10, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+    """Rollouts per task per step; GRPO compares within these groups."""
+    concurrency: int = Field(default=2, ge=1)
+    seed: int = 0
+    checkpoint_every: int = Field(default=1, ge=1)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+
+    def rollout_config(self) -> RolloutConfig:
+        return RolloutConfig(
+            suite=self.suite, tasks=self.tasks, policy=f"hf:{self.model}", group_size=self.group_size,
+            concurrency=self.concurrency, seed=self.seed, out=self.out, loop=self.loop,
+            sampling=self.sampling, summary=self.summary, sandbox=self.sandbox, reward=self.reward,
+        )  # fmt: skip
+
+
+def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    graded = [t for t in trajectories if t.status != "infra_error"]
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    return {
+        "reward_mean": mean([t.reward for t in graded]),
+        "pass_rate": mean([float(bool(t.grade and t.grade.correct == 1.0)) for t in graded]),
+        "infra_errors": float(len(trajectories) - len(graded)),
+        "turns_mean": mean([t.metrics.turns for t in trajectories]),
+        "summaries_per_trajectory": mean([t.metrics.summaries for t in trajectories]),
+        "tokens_generated": float(sum(t.metrics.generated_tokens for t in trajectories)),
+        "tokens_total": float(sum(t.metrics.total_tokens for t in trajectories)),
+        "parse_errors_mean": mean([t.metrics.parse_errors for t in trajectories]),
+    }
+
+
+def train(
+    config: TrainConfig, resume: bool = False, on_step: Callable[[int, dict[str, float]], None] | None = None
+) -> list[dict[str, float]]:
+    """Runs the training steps not done yet; returns the metrics of the steps it ran."""
+    tasks = select(load_suite(config.suite), config.tasks)
+    store = RunStore(config.out)
+    store.create(config)
+    checkpoints = config.out / "checkpoints"
+    found = latest_checkpoint(checkpoints) if resume else None
+    policy = HFPolicy(found / "model" if found else config.model, seed=config.seed)
+    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
+    learner = Learner(policy.model, config.learner, pad_id=pad_id, temperature=config.sampling.temperature)
+    order = random.Random(config.seed)
+    start = 0
+    if found is not None:
+        state = load_checkpoint(found, learner.optimizer)
+        start = state["step"]
+        order.setstate(_tuple_state(state["order"]))
+        policy.set_version(start)
+        _drop_metrics_from(store, start)
+    elif resume:
+        _drop_metrics_from(store, 0)
+    writer = MetricsWriter(config.out)
+    pool = SandboxPool(config.sandbox)
+    rollout_config = config.rollout_config()
+    history: list[dict[str, float]] = []
+    try:
+        for step in range(start, config.steps):
+            started = time.monotonic()
+            chosen = order.sample(tasks, min(config.tasks_per_step, len(tasks)))
+            jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
+            wanted = {(t.id, k) for t, k in jobs}
+            done = [t for t in store.trajectories() if (t.task_id, t.sample_index) in wanted]
+            finished = {(t.task_id, t.sample_index) for t in done}
+            todo = [(t, k) for t, k in jobs if (t.id, k) not in finished]
+            new = run_batch(todo, policy, rollout_config, pool, store.append_trajectory)
+            batch = sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
+            rolled = time.monotonic()
+            rows, advantage_stats = rows_from_trajectories(batch, config.learner)
+            learned = learner.grpo_step(rows) if rows else {}
+            policy.set_version(step + 1)
+            metrics = {
+                **step_metrics(batch),
+                **advantage_stats,
+                **learned,
+                "policy_version": float(step + 1),
+                "time_rollout_s": rolled - started,
+                "time_learn_s": time.monotonic() - rolled,
+            }
+            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+                state = {"order": order.getstate()}
+                save_checkpoint(checkpoints, step + 1, policy.model, learner.optimizer, state)
+            writer.write(step, metrics)
+            history.append(metrics)
+            if on_step is not None:
+                on_step(step, metrics)
+    finally:
+        pool.close_all()
+        writer.close()
+    return history
+
+
+def _tuple_state(state: list[object]) -> tuple[object, ...]:
+    """random.Random state from JSON (lists back to tuples)."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)  # type: ignore[arg-type]
+
+
+def _drop_metrics_from(store: RunStore, step: int) -> None:
+    """A resumed run rewrites the metrics of steps after its checkpoint; the older lines stay."""
+    kept = [line for _, line in read_lines(store.metrics_path) if json.loads(line)["step"] < step]
+    write_atomic(store.metrics_path, "".join(kept).encode())

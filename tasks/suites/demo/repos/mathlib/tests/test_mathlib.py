@@ -1,0 +1,5 @@
+import mathlib
+
+
+def test_module_has_helpers():
+    assert callable(mathlib.add) and callable(mathlib.area)
