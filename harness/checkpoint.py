@@ -21,14 +21,15 @@ from harness.store import append_line
 
 
 def save_checkpoint(
-    root: Path, step: int, model: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]
+    root: Path, step: int, model: Any, tokenizer: Any, optimizer: torch.optim.Optimizer, state: dict[str, Any]
 ) -> Path:
-    """Writes checkpoints/step-N atomically; returns its path."""
+    """Writes checkpoints/step-N atomically; returns its path. `model/` loads on its own (tokenizer too)."""
     final = root / f"step-{step}"
     tmp = root / f".step-{step}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     model.save_pretrained(tmp / "model", safe_serialization=True)
+    tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     torch.save(
         {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()},

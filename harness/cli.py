@@ -183,8 +183,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=cmd_serve)
 
-    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
+    for name, help_text in (
+        ("train", "GRPO: roll out groups with the current policy, grade, update, repeat"),
+        ("sft", "supervised warm start on gold trajectories of a suite"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--config", type=Path, default=None, help="a YAML config")
+        p.add_argument("overrides", nargs="*", help="key=value settings, e.g. learner.lr=1e-5 model=PATH")
+        if name == "train":
+            p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+        p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
+
+    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults: a training run that learns")
     demo.add_argument("--backend", default="auto")
+    demo.add_argument("--out", type=Path, default=Path("runs/demo"))
+    demo.add_argument(
+        "--episode", action="store_true", help="instead: one scripted episode on a built-in task"
+    )
+    demo.add_argument("overrides", nargs="*", help="key=value settings of the demo (e.g. grpo_steps=6)")
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -380,10 +396,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_demo(args: argparse.Namespace) -> int:
-    from harness.demo import run_demo
+def cmd_train(args: argparse.Namespace) -> int:
+    from harness.train import TrainConfig, train
 
-    return run_demo(args.backend)
+    config = load_config(TrainConfig, args.config, args.overrides)
+    console = Console(stderr=True)
+
+    def show(step: int, metrics: dict[str, float]) -> None:
+        console.print(
+            f"step {step + 1}/{config.steps}: reward {metrics['reward_mean']:.3f} pass {metrics['pass_rate']:.3f} "
+            f"loss {metrics.get('loss', 0.0):+.4f} grad {metrics.get('grad_norm', 0.0):.3f} "
+            f"rollout {metrics['time_rollout_s']:.1f}s learn {metrics['time_learn_s']:.1f}s"
+        )
+
+    train(config, resume=args.resume, on_step=show)
+    console.print(f"metrics: {config.out / 'metrics.jsonl'}; checkpoints: {config.out / 'checkpoints'}")
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from harness.sft import SFTConfig, run_sft
+
+    config = load_config(SFTConfig, args.config, args.overrides)
+    console = Console(stderr=True)
+    model = run_sft(
+        config, on_step=lambda step, m: console.print(f"sft step {step + 1}: loss {m['loss']:.4f}")
+    )
+    console.print(f"warm-started model: {model}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.episode:
+        from harness.demo import run_demo
+
+        return run_demo(args.backend)
+    from harness.train_demo import DemoConfig, run_training_demo
+
+    config = load_config(DemoConfig, None, args.overrides, {"backend": args.backend, "out": str(args.out)})
+    result = run_training_demo(config)
+    return 0 if result.final_pass_rate > result.baseline_pass_rate else 1
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -48,6 +48,8 @@ class LearnerConfig(BaseModel):
     importance: ISMode = "truncate"
     """Correction of the sampler / learner mismatch: truncated (TIS) or masked (MIS) importance weights."""
     importance_cap: float = Field(default=2.0, gt=1)
+    kl_coef: float = Field(default=0.0, ge=0)
+    """Weight of the k3 KL to the reference model (the starting weights) in the loss; 0 turns it off."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (off by default)."""
     activation_checkpointing: bool = False
@@ -156,7 +158,12 @@ class Learner:
         config: LearnerConfig,
         pad_id: int,
         temperature: float = 1.0,
+        reference: torch.nn.Module | None = None,
     ) -> None:
+        """`reference`: a frozen copy of the starting weights, needed when `config.kl_coef` > 0."""
+        if config.kl_coef > 0 and reference is None:
+            raise ValueError("learner.kl_coef > 0 needs a reference model")
+        self.reference = reference
         self.model = model
         self.config = config
         self.pad_id = pad_id
@@ -208,6 +215,12 @@ class Learner:
                 logprobs, logits = token_logprobs(
                     self.model, batch["input_ids"], batch["attention_mask"], self.temperature
                 )  # (B, T-1)
+            reference = None
+            if self.reference is not None and self.config.kl_coef > 0:
+                with torch.no_grad(), self._autocast():
+                    reference, _ = token_logprobs(
+                        self.reference, batch["input_ids"], batch["attention_mask"], self.temperature
+                    )  # (B, T-1)
             loss, metrics = grpo_loss(
                 logprobs,
                 logprobs.detach(),  # one update per batch: the ratio is 1 and the clip is inactive
@@ -223,6 +236,8 @@ class Learner:
                 norm_tokens=max(1, int(norm_tokens)),
                 norm_seqs=max(1, int(norm_seqs)),
                 max_len=self.config.max_len,
+                ref_logprobs=reference,
+                kl_coef=self.config.kl_coef,
             )
             if self.config.entropy_coef:
                 probs = torch.softmax(logits, dim=-1)  # (B, T-1, V)

@@ -94,7 +94,16 @@ def train(
     found = latest_checkpoint(checkpoints) if resume else None
     policy = HFPolicy(found / "model" if found else config.model, seed=config.seed)
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
-    learner = Learner(policy.model, config.learner, pad_id=pad_id, temperature=config.sampling.temperature)
+    reference = None
+    if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
+        reference = HFPolicy(config.model).model.eval().requires_grad_(False)
+    learner = Learner(
+        policy.model,
+        config.learner,
+        pad_id=pad_id,
+        temperature=config.sampling.temperature,
+        reference=reference,
+    )
     order = random.Random(config.seed)
     start = 0
     if found is not None:
@@ -134,7 +143,9 @@ def train(
             }
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
                 state = {"order": order.getstate()}
-                save_checkpoint(checkpoints, step + 1, policy.model, learner.optimizer, state)
+                save_checkpoint(
+                    checkpoints, step + 1, policy.model, policy.tokenizer, learner.optimizer, state
+                )
             writer.write(step, metrics)
             history.append(metrics)
             if on_step is not None:

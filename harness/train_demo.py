@@ -42,14 +42,16 @@ class DemoConfig(BaseModel):
     seed: int = 0
     hidden_size: int = 96
     layers: int = 3
-    sft_epochs: int = 3
-    sft_lr: float = 2e-3
+    sft_epochs: int = 45
+    sft_lr: float = 3e-3
     grpo_steps: int = 12
     grpo_lr: float = 5e-4
     group_size: int = 6
     tasks_per_step: int = 6
     eval_samples: int = 8
     concurrency: int = 3
+    temperature: float = 0.8
+    """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48
     """A segment is summarized once it passes its prompt by this many tokens."""
 
@@ -83,7 +85,7 @@ def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str)
         RolloutConfig(
             suite="demo", policy=f"hf:{model}", group_size=config.eval_samples, concurrency=config.concurrency,
             seed=config.seed + 10_000, out=config.out / name, summary=summary,
-            sampling=SamplingParams(max_new_tokens=96, temperature=1.0),
+            sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
             sandbox=SandboxConfig.model_validate({"backend": config.backend}),
         )
     )  # fmt: skip
@@ -127,7 +129,7 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
             model=sft_model, suite="demo", out=config.out / "grpo", steps=config.grpo_steps,
             tasks_per_step=config.tasks_per_step, group_size=config.group_size, concurrency=config.concurrency,
             seed=config.seed, checkpoint_every=config.grpo_steps, summary=summary, sandbox=sandbox,
-            loop=LoopConfig(), sampling=SamplingParams(max_new_tokens=96, temperature=1.0),
+            loop=LoopConfig(), sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
             learner=LearnerConfig(lr=config.grpo_lr),
         ),
         on_step=show,

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.model import Task
-from tasks.patches import patch_as_edits, split_patch
+from tasks.patches import patch_as_edits, split_patch, tighten
 
 STEP_MARK = re.compile(r"\[scripted-step (\d+)\]")
 
@@ -46,6 +46,8 @@ def gold_calls(task: Task, explore: bool = True) -> list[ScriptedCall]:
     deleted = [part.old_path for part in split_patch(task.gold_patch) if part.new_path is None]
     kept = "".join(part.text for part in split_patch(task.gold_patch) if part.new_path is not None)
     for edit in patch_as_edits(kept):
+        if edit.old and not explore:
+            edit = tighten(edit, (task.repo / edit.path).read_text())
         if edit.old:
             args = {"path": edit.path, "old_str": edit.old, "new_str": edit.new}
             calls.append(ScriptedCall(name="edit", arguments=args))

@@ -222,3 +222,18 @@ def patch_as_edits(patch: str) -> list[TextEdit]:
         if in_hunk:
             edits.append(TextEdit(part.new_path, "".join(old_lines), "".join(new_lines)))
     return edits
+
+
+def tighten(edit: TextEdit, text: str) -> TextEdit:
+    """The same edit with as little context as keeps `old` unique in `text` (whole lines only)."""
+    old = edit.old.splitlines(keepends=True)
+    new = edit.new.splitlines(keepends=True)
+    while len(old) > 1 and len(new) > 1 and old[0] == new[0]:
+        if text.count("".join(old[1:])) != 1:
+            break
+        old, new = old[1:], new[1:]
+    while len(old) > 1 and len(new) > 1 and old[-1] == new[-1]:
+        if text.count("".join(old[:-1])) != 1:
+            break
+        old, new = old[:-1], new[:-1]
+    return TextEdit(edit.path, "".join(old), "".join(new))

@@ -1,0 +1,89 @@
+"""`harness train` on a real tiny model: metrics and checkpoints are written, and resume changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from harness.checkpoint import latest_checkpoint
+from harness.train import TrainConfig, train
+from tests.harness.test_cli import harness
+
+MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
+TIMINGS = ("time_rollout_s", "time_learn_s")
+
+
+def config(model: Path, out: Path, steps: int) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "model": str(model),
+            "suite": str(MINI),
+            "out": str(out),
+            "steps": steps,
+            "tasks_per_step": 1,
+            "group_size": 3,
+            "concurrency": 2,
+            "loop": {"max_turns": 3},
+            "sampling": {"max_new_tokens": 16, "temperature": 1.0},
+            "sandbox": {"backend": "bwrap"},
+            # Rewards are all 0 for a random model; the entropy term makes the update non-zero anyway.
+            "learner": {"lr": 1e-3, "entropy_coef": 0.01},
+        }
+    )
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    checkpoint = latest_checkpoint(run / "checkpoints")
+    assert checkpoint is not None
+    return load_file(str(checkpoint / "model" / "model.safetensors"))
+
+
+def without_timings(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if k not in TIMINGS}
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tiny_model_path: Path, tmp_path: Path) -> None:
+    straight = train(config(tiny_model_path, tmp_path / "straight", 3))
+    first = train(config(tiny_model_path, tmp_path / "resumed", 2))
+    rest = train(config(tiny_model_path, tmp_path / "resumed", 3), resume=True)
+    assert len(first) == 2 and len(rest) == 1  # the resumed run only ran the missing step
+    assert [without_timings(m) for m in straight] == [without_timings(m) for m in first + rest]
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(tiny_model_path / "model.safetensors"))
+    assert any(not torch.equal(a[k], start[k]) for k in a)  # and training did change the weights
+    lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
+
+
+def test_train_writes_metrics_tensorboard_checkpoints_and_versions(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    (tmp_path / "train.yaml").write_text(config(tiny_model_path, out, 2).model_dump_json())
+    proc = harness("train", "--config", str(tmp_path / "train.yaml"), "learner.clip_high=0.3", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 2/2: reward" in proc.stderr
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward_mean", "pass_rate", "advantage_abs_mean", "loss", "clip_fraction", "approx_kl",
+                "is_abs_log_ratio_mean", "is_truncated_fraction", "grad_norm", "tokens_total",
+                "summaries_per_trajectory", "time_rollout_s", "time_learn_s"):  # fmt: skip
+        assert key in metrics[-1], key
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    for step in (1, 2):
+        checkpoint = out / "checkpoints" / f"step-{step}"
+        assert {p.name for p in checkpoint.iterdir()} >= {"model", "optimizer.pt", "rng.pt", "trainer.json"}
+    versions = set()
+    for line in (out / "trajectories.jsonl").read_text().splitlines():
+        trajectory = json.loads(line)
+        versions.add(trajectory["policy_version"])
+        assert trajectory["group_id"].endswith(f"@v{trajectory['policy_version']}")
+    assert versions == {0, 1}  # step 2 sampled with the weights of step 1
+
+
+def test_bad_train_config_names_the_field(tmp_path: Path) -> None:
+    proc = harness("train", f"model={tmp_path}", "learner.lrr=1")
+    assert proc.returncode == 2 and "learner.lrr" in proc.stderr
