@@ -194,13 +194,17 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
-    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults: a training run that learns")
+    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
     demo.add_argument("--backend", default="auto")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
     demo.add_argument(
-        "--episode", action="store_true", help="instead: one scripted episode on a built-in task"
+        "--train",
+        action="store_true",
+        help="instead: the training demo (warm start, then GRPO; still being tuned to learn reliably)",
     )
-    demo.add_argument("overrides", nargs="*", help="key=value settings of the demo (e.g. grpo_steps=6)")
+    demo.add_argument(
+        "overrides", nargs="*", help="key=value settings of the training demo (e.g. grpo_steps=6)"
+    )
     demo.set_defaults(func=cmd_demo)
     return parser
 
@@ -427,7 +431,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.episode:
+    if not args.train:
         from harness.demo import run_demo
 
         return run_demo(args.backend)

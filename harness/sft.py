@@ -62,12 +62,15 @@ def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]],
 
 
 def sft_rows(
-    trajectories: Sequence[Trajectory], tools_for: Callable[[str], list[dict[str, Any]]], fmt: ChatFormat
+    trajectories: Sequence[Trajectory],
+    tools_for: Callable[[str], list[dict[str, Any]]],
+    fmt: ChatFormat,
+    solved_only: bool = True,
 ) -> list[Row]:
-    """One row per segment of every trajectory that solved its task; `tools_for(task_id)` gives its tools."""
+    """One row per segment of every (solved) trajectory; `tools_for(task_id)` gives its tools."""
     rows = []
     for t in trajectories:
-        if t.grade is None or t.grade.correct != 1.0:
+        if solved_only and (t.grade is None or t.grade.correct != 1.0):
             continue
         for segment in t.segments:
             if segment.messages:
@@ -85,8 +88,10 @@ class SFTConfig(BaseModel):
     suite: str = "builtin"
     tasks: list[str] | None = None
     out: Path = Path("runs/sft")
-    script: str = "gold"
-    """The scripted policy that makes the trajectories: `gold` or `gold-min`."""
+    scripts: list[str] = Field(default_factory=lambda: ["gold"])
+    """Scripted policies that make the demonstrations: `gold`, `gold-min`, `decoy`, or a FILE."""
+    solved_only: bool = True
+    """Train only on demonstrations that solved their task."""
     epochs: int = Field(default=10, ge=1)
     rows_per_step: int = Field(default=8, ge=1)
     seed: int = 0
@@ -98,12 +103,15 @@ class SFTConfig(BaseModel):
 
 def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] | None = None) -> Path:
     """Rolls out the gold script, trains on it, and saves the model to OUT/model; returns that folder."""
-    gold = RolloutConfig(
-        suite=config.suite, tasks=config.tasks, policy=f"scripted:{config.script}", out=config.out / "gold",
-        seed=config.seed, loop=config.loop, summary=config.summary, sandbox=config.sandbox,
-    )  # fmt: skip
-    rollout(gold)
-    trajectories = list(RunStore(gold.out).trajectories())
+    trajectories: list[Trajectory] = []
+    for script in config.scripts:
+        demos = RolloutConfig(
+            suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}",
+            out=config.out / "demonstrations" / Path(script).name, seed=config.seed, loop=config.loop,
+            summary=config.summary, sandbox=config.sandbox,
+        )  # fmt: skip
+        rollout(demos)
+        trajectories += RunStore(demos.out).trajectories()
     tasks = {t.id: t for t in load_suite(config.suite)}
     policy = HFPolicy(config.model, seed=config.seed)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
@@ -115,9 +123,9 @@ def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] 
         )
         return Toolbox(allowed).schemas()
 
-    rows = sft_rows(trajectories, tools_for, fmt)
+    rows = sft_rows(trajectories, tools_for, fmt, config.solved_only)
     if not rows:
-        raise ValueError(f"no solved gold trajectory in {gold.out} to train on")
+        raise ValueError(f"no demonstration to train on in {config.out / 'demonstrations'}")
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
     learner = Learner(policy.model, config.learner, pad_id=pad_id)
     order = random.Random(config.seed)

@@ -104,7 +104,8 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
     sft_model = run_sft(
         SFTConfig(
-            model=base, suite="demo", out=config.out / "sft", script="gold-min", epochs=config.sft_epochs,
+            model=base, suite="demo", out=config.out / "sft", scripts=["gold-min", "decoy"], solved_only=False,
+            epochs=config.sft_epochs,
             rows_per_step=4, seed=config.seed, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
             sandbox=sandbox, learner=LearnerConfig(lr=config.sft_lr),
         )

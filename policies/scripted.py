@@ -2,7 +2,8 @@
 
 - `scripted:gold` plays the task's gold patch through the real tools: look around, run the tests, apply
   each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
-  `scripted:gold-min` only applies the hunks and submits.
+  `scripted:gold-min` only applies the hunks and submits; `scripted:decoy` edits the same places wrongly
+  (to `pass`) and submits, for warm starts on mixed demonstrations.
 - `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
   submits.
 
@@ -76,12 +77,20 @@ class ScriptedPolicy:
     def __init__(self, source: str) -> None:
         self.spec = f"scripted:{source}"
         self.source = source
-        self.script = None if source in ("gold", "gold-min") else load_script(Path(source))
+        self.script = None if source in ("gold", "gold-min", "decoy") else load_script(Path(source))
 
     def calls(self, task: Task) -> list[ScriptedCall]:
-        if self.script is None:
-            return gold_calls(task, explore=self.source == "gold")
-        return self.script
+        if self.script is not None:
+            return self.script
+        calls = gold_calls(task, explore=self.source == "gold")
+        if self.source == "decoy":  # the right place, the wrong fix: the edited lines become `pass`
+            for call in calls:
+                if call.name == "edit":
+                    indent = call.arguments["old_str"][
+                        : len(call.arguments["old_str"]) - len(call.arguments["old_str"].lstrip())
+                    ]
+                    call.arguments["new_str"] = f"{indent}pass\n"
+        return calls
 
     def respond(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams

@@ -20,6 +20,9 @@ from envs.sandbox import SandboxConfig
 if TYPE_CHECKING:
     from policies.hf import HFPolicy
 
+# Tests stay on loopback: litellm must not fetch its price list from the internet when imported.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 

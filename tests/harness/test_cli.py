@@ -57,3 +57,9 @@ def test_sandbox_shell_keeps_the_working_folder(backend: str, sample_repo: Path)
     assert "README.md" in proc.stdout
     assert "/repo/pkg\n" in proc.stdout
     assert "[exit 1]" in proc.stdout
+
+
+def test_demo_plays_a_builtin_task_end_to_end(backend: str) -> None:
+    proc = harness("demo", "--backend", backend, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "PASS: reward 1.000" in proc.stdout and "turn 1: list_dir" in proc.stdout

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -55,7 +54,6 @@ def test_reply_carries_the_text_and_the_usage(url: str, tiny_policy: HFPolicy) -
     assert policy.respond(MESSAGES, TOOLS, TASK, params) == reply
 
 
-@pytest.mark.skipif(importlib.util.find_spec("litellm") is None, reason="litellm is an optional extra")
 def test_litellm_policy_speaks_to_the_same_server(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_BASE", url)
     monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
