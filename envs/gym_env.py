@@ -52,14 +52,6 @@ class ToolRunner(Protocol):
     def schemas(self) -> list[dict[str, Any]]: ...
 
 
-def task_prompt(task: Task) -> str:
-    return (
-        f"# {task.title}\n\n{task.problem_statement.strip()}\n\n"
-        f"The repository is checked out at /repo. Its tests run with `{task.test_command}`. "
-        "Fix the problem with the tools, then call submit."
-    )
-
-
 class CodingEnv(gym.Env[str, str]):
     """One coding task per episode, in a sandbox; see the module docstring."""
 
@@ -107,7 +99,7 @@ class CodingEnv(gym.Env[str, str]):
                 raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
         self.task, self.turns, self.started, self.done = task, 0, time.monotonic(), False
         self.tools = self.make_tools(task)
-        return task_prompt(task), {"task_id": task.id, "tools": self.tools.schemas()}
+        return task.prompt(), {"task_id": task.id, "tools": self.tools.schemas()}
 
     def step(self, action: str | dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self.task is None or self.sandbox is None or self.tools is None or self.done:

@@ -66,10 +66,6 @@ class Episode(BaseModel):
     tools_s: float
 
 
-def task_prompt(task: Task) -> str:
-    return f"# {task.title}\n\n{task.problem_statement.strip()}\n\nThe tests run with `{task.test_command}`."
-
-
 def run_episode(
     task: Task,
     policy: Policy,
@@ -83,7 +79,7 @@ def run_episode(
     on_turn: Callable[[int], Any] | None = None,
 ) -> Episode:
     tools = toolbox.schemas()
-    prompt = task_prompt(task)
+    prompt = task.prompt()
     conv: TokenConversation | ChatConversation
     if policy.kind == "token":
         conv = TokenConversation(policy, config.system_prompt, prompt, tools, sampling, summary, seed)

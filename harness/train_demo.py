@@ -19,7 +19,7 @@ from rich.table import Table
 from envs.factory import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.learner import LearnerConfig
-from harness.loop import SYSTEM_PROMPT, LoopConfig, task_prompt
+from harness.loop import SYSTEM_PROMPT, LoopConfig
 from harness.rollout import RolloutConfig, rollout
 from harness.sft import SFTConfig, run_sft
 from harness.train import TrainConfig, train
@@ -73,7 +73,7 @@ def prompt_tokens(policy: HFPolicy, suite: str) -> int:
         tools = Toolbox(ToolsConfig(test_command=task.test_command, allowed=task.tools)).schemas()
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": task_prompt(task)},
+            {"role": "user", "content": task.prompt()},
         ]
         longest = max(longest, len(fmt.prompt_ids(messages, tools)))
     return longest

@@ -62,3 +62,11 @@ class Task(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     tools: list[str] | None = None
     """Tools the agent may use; None means all."""
+
+    def prompt(self) -> str:
+        """The task as the agent first sees it."""
+        return (
+            f"# {self.title}\n\n{self.problem_statement.strip()}\n\n"
+            f"The repository is checked out at /repo. Its tests run with `{self.test_command}`. "
+            "Fix the problem with the tools, then call submit."
+        )

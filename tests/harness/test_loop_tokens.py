@@ -46,13 +46,13 @@ class RecordingPolicy:
 
 def prompt_tokens(policy: HFPolicy) -> int:
     """Tokens of a segment's first prompt (system, tools and task) for the mini task."""
-    from harness.loop import SYSTEM_PROMPT, task_prompt
+    from harness.loop import SYSTEM_PROMPT
     from tasks.suite import load_suite
     from tools import Toolbox, ToolsConfig
 
     task = load_suite(str(MINI))[0]
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task_prompt(task)}]
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt()}]
     return len(fmt.prompt_ids(messages, Toolbox(ToolsConfig()).schemas()))
 
 
