@@ -1,0 +1,241 @@
+"""Learner throughput and model FLOPs utilisation of a Qwen2.5-0.5B-shaped model on one GPU.
+
+    .venv/bin/python benchmarks/gpu_learner.py [--tiny] [--peak-tflops N] [--bf16-weights] [--json PATH]
+
+The model has Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 query and 2 key-value heads, MLP 4864,
+vocabulary 151,936, tied embeddings) with random weights: nothing is downloaded. Our `Learner` trains
+it as a run would (`dtype="bfloat16"`: float32 weights and AdamW, bfloat16 autocast; activation
+checkpointing on) on one batch of segments whose lengths are spread evenly up to 8,192 tokens. After
+one warm-up step, each timed step is one `grpo_step` (forward, backward, clip, AdamW).
+
+    tokens/s = real tokens of the batch (no padding) / step time
+    MFU      = 6 x parameters x real tokens / step time / the GPU's peak dense bfloat16 FLOP/s
+
+6N per token counts the matrix products of forward and backward (Kaplan et al. 2020, "Scaling Laws",
+section 2.1), not attention's T^2 term nor the recomputation of activation checkpointing; the line
+"with attention" adds 6 x layers x hidden x T per token of a segment of length T (causal: half of
+the 12 x layers x hidden x T of PaLM's MFU, Chowdhery et al. 2022, appendix B). The peak comes from
+PEAK_TFLOPS by the device's name, or from --peak-tflops.
+
+Without a GPU it prints so and exits 0; `--tiny` runs a small shape on whatever device there is (the
+CPU here), a smoke test of the script itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from learner import Plan, make_segments, our_rows  # benchmarks/learner.py
+from rich.console import Console
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from harness.learner import Learner, LearnerConfig, micro_batches
+
+
+@dataclass(frozen=True)
+class Shape:
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    layers: int
+    heads: int
+    kv_heads: int
+
+
+QWEN25_05B = Shape(
+    vocab_size=151936, hidden_size=896, intermediate_size=4864, layers=24, heads=14, kv_heads=2
+)
+TINY = Shape(vocab_size=2048, hidden_size=64, intermediate_size=256, layers=2, heads=4, kv_heads=2)
+FULL = Plan(segments=64, min_len=256, max_len=8192, reps=5)
+SMOKE = Plan(segments=8, min_len=64, max_len=512, reps=2)
+
+PEAK_TFLOPS = {
+    "H200": 989.0,
+    "H100 PCIe": 756.0,
+    "H100 NVL": 835.0,
+    "H100": 989.0,  # SXM
+    "A100": 312.0,
+    "L40S": 362.0,
+    "L4": 121.0,
+}
+"""Dense bfloat16 tensor-core peak in TFLOP/s, from NVIDIA's data sheets. The first name found as whole
+words in the device's name counts ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), so the more
+specific come first."""
+
+console = Console(width=max(Console().width, 110))
+
+
+@dataclass
+class Results:
+    device: str
+    shape: Shape
+    parameters: int
+    weights: str
+    micro_batch_tokens: int
+    lengths: list[int]
+    real_tokens: int
+    computed_tokens: int
+    """Rows x longest row over the micro-batches: padding included."""
+    micro_batches: int
+    step_s: list[float]
+    median_s: float
+    tokens_per_s: float
+    peak_tflops: float | None
+    mfu: float | None
+    """6N model FLOPs."""
+    mfu_with_attention: float | None
+    peak_memory_gib: float | None
+
+
+def peak_tflops(device: torch.device, override: float | None) -> float | None:
+    if override is not None:
+        return override
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((tflops for key, tflops in PEAK_TFLOPS.items() if re.search(rf"\b{key}\b", name)), None)
+
+
+def build_model(shape: Shape, device: torch.device, bf16_weights: bool) -> Qwen2ForCausalLM:
+    config = Qwen2Config(
+        vocab_size=shape.vocab_size,
+        hidden_size=shape.hidden_size,
+        intermediate_size=shape.intermediate_size,
+        num_hidden_layers=shape.layers,
+        num_attention_heads=shape.heads,
+        num_key_value_heads=shape.kv_heads,
+        max_position_embeddings=32768,
+        rope_parameters={"rope_type": "default", "rope_theta": 1_000_000.0},
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    with device:
+        model = Qwen2ForCausalLM(config)
+    return model.bfloat16() if bf16_weights else model
+
+
+def measure(
+    shape: Shape,
+    plan: Plan,
+    device: torch.device,
+    micro_batch_tokens: int,
+    bf16_weights: bool,
+    peak: float | None,
+) -> Results:
+    model = build_model(shape, device, bf16_weights)
+    config = LearnerConfig(
+        micro_batch_tokens=micro_batch_tokens, dtype="bfloat16", activation_checkpointing=True
+    )
+    learner = Learner(model, config, pad_id=0)
+    parameters = sum(p.numel() for p in model.parameters())
+    rows = our_rows(make_segments(plan, shape.vocab_size))
+    lengths = [len(r.ids) for r in rows]
+    batches = micro_batches(lengths, micro_batch_tokens)
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        learner.grpo_step(rows)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    console.print(f"[dim]warm-up step: {step():.2f} s")
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for i in range(plan.reps):
+        times.append(step())
+        console.print(f"[dim]step {i + 1}/{plan.reps}: {times[-1]:.2f} s")
+
+    median = statistics.median(times)
+    real = sum(lengths)
+    model_flops = 6 * parameters * real
+    # 6 L d T per token of a segment of length T, T tokens per segment
+    attention_flops = sum(6 * shape.layers * shape.hidden_size * n * n for n in lengths)
+    return Results(
+        device=torch.cuda.get_device_name(device) if device.type == "cuda" else str(device),
+        shape=shape,
+        parameters=parameters,
+        weights="bfloat16" if bf16_weights else "float32 (bfloat16 autocast)",
+        micro_batch_tokens=micro_batch_tokens,
+        lengths=lengths,
+        real_tokens=real,
+        computed_tokens=sum(len(b) * lengths[b[0]] for b in batches),  # the first row of each is its longest
+        micro_batches=len(batches),
+        step_s=times,
+        median_s=median,
+        tokens_per_s=real / median,
+        peak_tflops=peak,
+        mfu=model_flops / median / (peak * 1e12) if peak else None,
+        mfu_with_attention=(model_flops + attention_flops) / median / (peak * 1e12) if peak else None,
+        peak_memory_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None,
+    )
+
+
+def print_report(res: Results) -> None:
+    console.print(
+        f"\n[bold]GPU learner benchmark[/] on {res.device}: Qwen2 of {res.parameters:,} parameters, "
+        f"weights {res.weights}, activation checkpointing on"
+    )
+    padding = 1 - res.real_tokens / res.computed_tokens
+    console.print(
+        f"{len(res.lengths)} segments of {min(res.lengths):,}-{max(res.lengths):,} tokens, "
+        f"{res.real_tokens:,} real tokens; micro-batches of at most {res.micro_batch_tokens:,} tokens: "
+        f"{res.micro_batches}, {padding:.0%} padding"
+    )
+    spread = f"{min(res.step_s):.2f}-{max(res.step_s):.2f}"
+    console.print(f"step: {res.median_s:.2f} s median ({spread}), {res.tokens_per_s:,.0f} tokens/s")
+    if res.mfu is None or res.mfu_with_attention is None:
+        console.print("MFU: no peak known for this device (give --peak-tflops)")
+    else:
+        console.print(
+            f"MFU: {res.mfu:.1%} (6N), {res.mfu_with_attention:.1%} with attention, "
+            f"of {res.peak_tflops:g} TFLOP/s dense bfloat16"
+        )
+    if res.peak_memory_gib is not None:
+        console.print(f"peak memory allocated: {res.peak_memory_gib:.1f} GiB")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tiny", action="store_true", help="a small shape on any device: a smoke test")
+    parser.add_argument("--peak-tflops", type=float, help="the device's peak dense bfloat16 TFLOP/s")
+    parser.add_argument("--bf16-weights", action="store_true", help="bfloat16 weights and AdamW state")
+    parser.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        default=LearnerConfig().micro_batch_tokens,
+        help="(default: %(default)s)",
+    )
+    parser.add_argument("--json", type=Path, help="also write the results to this file")
+    args = parser.parse_args()
+    if torch.cuda.is_available():
+        device = torch.device("cuda", torch.cuda.current_device())
+    elif args.tiny:
+        device = torch.device("cpu")
+    else:
+        console.print(
+            "no GPU here: nothing to measure (--tiny runs a small shape on the CPU as a smoke test)"
+        )
+        return 0
+    shape, plan = (TINY, SMOKE) if args.tiny else (QWEN25_05B, FULL)
+    peak = peak_tflops(device, args.peak_tflops)
+    results = measure(shape, plan, device, args.micro_batch_tokens, args.bf16_weights, peak)
+    print_report(results)
+    if args.json is not None:
+        args.json.write_text(json.dumps(asdict(results), indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
