@@ -191,7 +191,13 @@ class ChatConversation:
                 }
             ]
         self.segment.messages.append(message)
-        turn = Turn(kind=kind, text=reply.content, generate_s=took)  # type: ignore[arg-type]
+        turn = Turn(
+            kind=kind,  # type: ignore[arg-type]
+            text=reply.content,
+            generate_s=took,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+        )
         self.segment.turns.append(turn)
         return turn, call
 

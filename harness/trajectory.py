@@ -48,6 +48,9 @@ class Turn(BaseModel):
     observation_error: bool = False
     generate_s: float = 0.0
     tool_s: float = 0.0
+    prompt_tokens: int = 0
+    """Chat policies: the prompt tokens the server reported for this turn (token policies: see the ids)."""
+    completion_tokens: int = 0
 
 
 class Segment(BaseModel):

@@ -64,3 +64,27 @@ def test_litellm_policy_speaks_to_the_same_server(url: str, monkeypatch: pytest.
     assert policy.kind == "chat"
     reply = policy.respond(MESSAGES, [], TASK, SamplingParams(max_new_tokens=6, seed=3))
     assert reply == openai
+
+
+def test_chat_episodes_record_messages_and_usage_and_are_not_trainable(url: str, tmp_path: Path) -> None:
+    from harness.rollout import RolloutConfig, rollout
+    from harness.store import RunStore
+
+    suite = Path(__file__).parents[1] / "data" / "suites" / "mini"
+    config = RolloutConfig.model_validate(
+        {
+            "suite": str(suite),
+            "policy": f"openai:{MODEL}@{url}",
+            "out": str(tmp_path / "run"),
+            "loop": {"max_turns": 2},
+            "sampling": {"max_new_tokens": 16},
+            "sandbox": {"backend": "bwrap"},
+        }
+    )
+    rollout(config)
+    (trajectory,) = RunStore(config.out).trajectories()
+    assert not trajectory.trainable and trajectory.status == "limit"
+    turns = trajectory.segments[0].turns
+    assert len(turns) == 2 and all(t.prompt_tokens > 0 and t.completion_tokens > 0 for t in turns)
+    roles = [m["role"] for m in trajectory.segments[0].messages]
+    assert roles[:3] == ["system", "user", "assistant"] and not turns[0].generated_ids
