@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
@@ -138,15 +138,25 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> dict[str,
 
 
 def token_logprobs(
-    model: torch.nn.Module, input_ids: Tensor, attention_mask: Tensor, temperature: float
+    model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float, mask: Tensor
 ) -> tuple[Tensor, Tensor]:
-    """log p(ids[t+1] | ids[:t+1]) at the sampler's temperature, and the logits it came from."""
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits[:, :-1].float()  # (B, T-1, V)
+    """log p(ids[t+1] | ids[:t+1]) at the sampler's temperature where `mask` is 1 (0 elsewhere), and the
+    logits of those positions.
+
+    The LM head and the float32 log-softmax run only on the masked positions: over a long segment the
+    full (B, T, V) logits would be the largest tensor of the step, and the prompt never needs them.
+    """
+    hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    where = mask.bool()  # (B, T-1)
+    picked = hidden[:, :-1][where]  # (N, H)
+    logits = model.get_output_embeddings()(picked).float()  # (N, V)
     if temperature > 0:
-        logits = logits / temperature  # (B, T-1, V)
-    logprobs = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
-    chosen = logprobs.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
-    return chosen, logits
+        logits = logits / temperature  # (N, V)
+    targets = input_ids[:, 1:][where]  # (N,)
+    chosen = torch.log_softmax(logits, dim=-1).gather(-1, targets[:, None]).squeeze(-1)  # (N,)
+    out = torch.zeros(mask.shape, dtype=chosen.dtype, device=chosen.device)  # (B, T-1)
+    out[where] = chosen
+    return out, logits
 
 
 class Learner:
@@ -213,13 +223,17 @@ class Learner:
             batch = collate([mine[i] for i in batch_rows], self.pad_id, self.device)
             with self._autocast():
                 logprobs, logits = token_logprobs(
-                    self.model, batch["input_ids"], batch["attention_mask"], self.temperature
-                )  # (B, T-1)
+                    self.model, batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
+                )  # (B, T-1), (N, V)
             reference = None
             if self.reference is not None and self.config.kl_coef > 0:
                 with torch.no_grad(), self._autocast():
                     reference, _ = token_logprobs(
-                        self.reference, batch["input_ids"], batch["attention_mask"], self.temperature
+                        self.reference,
+                        batch["input_ids"],
+                        batch["attention_mask"],
+                        self.temperature,
+                        batch["mask"],
                     )  # (B, T-1)
             loss, metrics = grpo_loss(
                 logprobs,
@@ -240,11 +254,9 @@ class Learner:
                 kl_coef=self.config.kl_coef,
             )
             if self.config.entropy_coef:
-                probs = torch.softmax(logits, dim=-1)  # (B, T-1, V)
-                entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # (B, T-1)
-                loss = loss - self.config.entropy_coef * (entropy * batch["mask"]).sum() / max(
-                    1.0, norm_tokens
-                )
+                probs = torch.softmax(logits, dim=-1)  # (N, V)
+                entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # (N,)
+                loss = loss - self.config.entropy_coef * entropy.sum() / max(1.0, norm_tokens)
             loss.backward()
             tokens = float(batch["mask"].sum().item())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.item())
@@ -271,7 +283,9 @@ class Learner:
         for batch_rows in micro_batches([len(r.ids) for r in mine], self.config.micro_batch_tokens):
             batch = collate([mine[i] for i in batch_rows], self.pad_id, self.device)
             with self._autocast():
-                logprobs, _ = token_logprobs(self.model, batch["input_ids"], batch["attention_mask"], 1.0)
+                logprobs, _ = token_logprobs(
+                    self.model, batch["input_ids"], batch["attention_mask"], 1.0, batch["mask"]
+                )
             loss = -(logprobs * batch["mask"]).sum() / norm_tokens  # ()
             loss.backward()
             total_loss += float(loss.item())

@@ -10,8 +10,17 @@ import torch
 import torch.multiprocessing as mp
 from transformers import AutoModelForCausalLM
 
-from harness.learner import Learner, LearnerConfig, Row, micro_batches, rows_from_trajectories
+from harness.learner import (
+    Learner,
+    LearnerConfig,
+    Row,
+    collate,
+    micro_batches,
+    rows_from_trajectories,
+    token_logprobs,
+)
 from harness.trajectory import Segment, Trajectory, Turn
+from policies.hf import HFPolicy
 
 
 def make_rows(n: int, seed: int = 0, vocab: int = 2000) -> list[Row]:
@@ -129,3 +138,23 @@ def test_rows_carry_the_group_advantage_and_leave_infra_errors_out() -> None:
     assert rows[0].mask == [0, 0, 0, 1, 1, 1, 1, 1, 0, 0]
     dropped, _ = rows_from_trajectories(batch, LearnerConfig(drop_uniform_groups=True))
     assert len(dropped) == 4
+
+
+def test_learner_logprobs_are_the_samplers_where_the_mask_is_one(tiny_policy: HFPolicy) -> None:
+    from policies.base import SamplingParams
+
+    prompt = tiny_policy.tokenizer.encode("def add(a, b):\n    return", add_special_tokens=False)
+    generation = tiny_policy.generate(prompt, SamplingParams(max_new_tokens=24, temperature=0.7, seed=3))
+    ids = prompt + generation.ids
+    row = Row(
+        ids, [0] * len(prompt) + [1] * len(generation.ids), [0.0] * len(prompt) + generation.logprobs, 1.0
+    )
+    batch = collate([row], 0, torch.device("cpu"))
+    with torch.no_grad():
+        logprobs, logits = token_logprobs(
+            tiny_policy.model, batch["input_ids"], batch["attention_mask"], 0.7, batch["mask"]
+        )
+    assert logits.shape[0] == len(generation.ids)  # the LM head ran on the model's tokens only
+    got = logprobs[0, len(prompt) - 1 :].tolist()
+    assert max(abs(a - b) for a, b in zip(got, generation.logprobs, strict=True)) <= 1e-4
+    assert logprobs[0, : len(prompt) - 1].abs().sum().item() == 0.0
