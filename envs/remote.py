@@ -118,9 +118,7 @@ class ExecutorSandbox:
 
     def copy_out(self, src: str, dest: Path) -> None:
         reply = self._call({"op": "tar_out", "path": src}, timeout=120.0)
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(reply["data"])), mode="r") as tar:
-            tar.extractall(dest, filter="data")
+        _extract(reply["data"], dest)
 
     def salvage(self, dest: Path) -> bool:
         """Copies the repository out of a sandbox that failed but whose executor still answers."""
@@ -132,9 +130,7 @@ class ExecutorSandbox:
             return False
         if not reply["ok"]:
             return False
-        dest.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(base64.b64decode(reply["data"])), mode="r") as tar:
-            tar.extractall(dest, filter="data")
+        _extract(reply["data"], dest)
         return True
 
     def reset(self) -> None:
@@ -197,3 +193,10 @@ class ExecutorSandbox:
     def _mark_failed(self, reason: str) -> None:
         if self.failure is None:
             self.failure = reason
+
+
+def _extract(data: str, dest: Path) -> None:
+    """Unpacks the executor's base64 tar into a host folder (the `data` filter keeps it inside)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r") as tar:
+        tar.extractall(dest, filter="data")

@@ -117,16 +117,16 @@ def train(
     writer = MetricsWriter(config.out)
     pool = SandboxPool(config.sandbox)
     rollout_config = config.rollout_config()
+    # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
+    saved = {(t.task_id, t.sample_index): t for t in store.trajectories()}
     history: list[dict[str, float]] = []
     try:
         for step in range(start, config.steps):
             started = time.monotonic()
             chosen = order.sample(tasks, min(config.tasks_per_step, len(tasks)))
             jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
-            wanted = {(t.id, k) for t, k in jobs}
-            done = [t for t in store.trajectories() if (t.task_id, t.sample_index) in wanted]
-            finished = {(t.task_id, t.sample_index) for t in done}
-            todo = [(t, k) for t, k in jobs if (t.id, k) not in finished]
+            done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
+            todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
             new = run_batch(todo, policy, rollout_config, pool, store.append_trajectory)
             batch = sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
             rolled = time.monotonic()

@@ -164,9 +164,14 @@ def materialize(task_id: str, source: Path, spec: TaskFile, path: Path) -> tuple
     """The task's base repository in the cache, its commit id, and the inverse of its bug edits."""
     target = cache_root() / f"{task_id}-{_fingerprint(source, spec)}"
     repo = target / "repo"
-    if (target / "done").is_file():
-        inverse = (target / "inverse.patch").read_text() if (target / "inverse.patch").exists() else None
-        return repo, (target / "commit").read_text(), inverse
+    if not (target / "done").is_file():
+        _build_base(task_id, source, spec, path, target)
+    inverse_file = target / "inverse.patch"
+    return repo, (target / "commit").read_text(), inverse_file.read_text() if inverse_file.exists() else None
+
+
+def _build_base(task_id: str, source: Path, spec: TaskFile, path: Path, target: Path) -> None:
+    """Builds the base repository in a temporary folder, then renames it to `target` (atomic)."""
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{task_id}-", dir=target.parent))
     try:
@@ -203,5 +208,3 @@ def materialize(task_id: str, source: Path, spec: TaskFile, path: Path) -> tuple
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    inverse_file = target / "inverse.patch"
-    return repo, (target / "commit").read_text(), inverse_file.read_text() if inverse_file.exists() else None
