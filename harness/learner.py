@@ -65,6 +65,8 @@ class Row:
     mask: list[int]
     sampler_logprobs: list[float]
     advantage: float
+    source: tuple[str, int] | None = None
+    """(trajectory id, segment index) the row was made from, when it was made from one."""
 
 
 def rows_from_trajectories(
@@ -89,7 +91,7 @@ def rows_from_trajectories(
         for segment in t.segments:
             ids, mask, logprobs = segment.ids_and_mask()
             if sum(mask):
-                rows.append(Row(ids, mask, logprobs, advantage))
+                rows.append(Row(ids, mask, logprobs, advantage, source=(t.id, segment.index)))
     kept_adv = advantages[kept]
     stats = {
         "advantage_mean": kept_adv.mean().item() if kept_adv.numel() else 0.0,
@@ -184,6 +186,8 @@ class Learner:
         )
         if config.activation_checkpointing:
             model.gradient_checkpointing_enable()  # type: ignore[operator]
+        self.learner_logprobs: dict[tuple[str, int], list[float]] = {}
+        """After a GRPO step: the learner's log-prob of every mask-1 token (index >= 1) of each sourced row."""
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
 
@@ -218,6 +222,7 @@ class Learner:
         norm_seqs = self._total(len(mine))
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
+        self.learner_logprobs = {}
         self.model.train()
         for batch_rows in micro_batches([len(r.ids) for r in mine], self.config.micro_batch_tokens):
             batch = collate([mine[i] for i in batch_rows], self.pad_id, self.device)
@@ -225,6 +230,10 @@ class Learner:
                 logprobs, logits = token_logprobs(
                     self.model, batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
                 )  # (B, T-1), (N, V)
+            for b, i in enumerate(batch_rows):
+                if mine[i].source is not None:
+                    where = batch["mask"][b].bool()  # (T-1,)
+                    self.learner_logprobs[mine[i].source] = logprobs[b][where].tolist()
             reference = None
             if self.reference is not None and self.config.kl_coef > 0:
                 with torch.no_grad(), self._autocast():

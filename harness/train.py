@@ -21,15 +21,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.checkpoint import MetricsWriter, latest_checkpoint, load_checkpoint, save_checkpoint
-from harness.learner import Learner, LearnerConfig, rows_from_trajectories
+from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
 from harness.rollout import RolloutConfig, SandboxPool, run_batch, select
-from harness.store import RunStore, read_lines, write_atomic
+from harness.store import RunStore, append_line, read_lines, write_atomic
 from harness.trajectory import Trajectory
 from policies.base import SamplingParams
 from policies.hf import HFPolicy
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
+
+LEARNER_FILE = "learner.jsonl"
+"""Per trained segment: step, trajectory id, segment index, advantage, the learner's token log-probs."""
 
 
 class TrainConfig(BaseModel):
@@ -132,6 +135,7 @@ def train(
             rolled = time.monotonic()
             rows, advantage_stats = rows_from_trajectories(batch, config.learner)
             learned = learner.grpo_step(rows) if rows else {}
+            _record_token_stats(store, step, rows, learner.learner_logprobs)
             policy.set_version(step + 1)
             metrics = {
                 **step_metrics(batch),
@@ -156,6 +160,28 @@ def train(
     return history
 
 
+def _record_token_stats(
+    store: RunStore, step: int, rows: list[Row], learner_logprobs: dict[tuple[str, int], list[float]]
+) -> None:
+    """One line per trained segment in learner.jsonl: its advantage and the learner's log-prob of each
+    model-produced token (in order; the sampler's are in the trajectory), for the viewer's token view."""
+    lines = []
+    for row in rows:
+        if row.source is None or row.source not in learner_logprobs:
+            continue
+        trajectory_id, segment = row.source
+        line = {
+            "step": step,
+            "trajectory_id": trajectory_id,
+            "segment": segment,
+            "advantage": row.advantage,
+            "learner_logprobs": [round(v, 5) for v in learner_logprobs[row.source]],
+        }
+        lines.append(json.dumps(line))
+    if lines:  # the step's lines in one write
+        append_line(store.root / LEARNER_FILE, "\n".join(lines))
+
+
 def _tuple_state(state: list[object]) -> tuple[object, ...]:
     """random.Random state from JSON (lists back to tuples)."""
     version, internal, gauss = state
@@ -164,5 +190,6 @@ def _tuple_state(state: list[object]) -> tuple[object, ...]:
 
 def _drop_metrics_from(store: RunStore, step: int) -> None:
     """A resumed run rewrites the metrics of steps after its checkpoint; the older lines stay."""
-    kept = [line for _, line in read_lines(store.metrics_path) if json.loads(line)["step"] < step]
-    write_atomic(store.metrics_path, "".join(kept).encode())
+    for path in (store.metrics_path, store.root / LEARNER_FILE):
+        kept = [line for _, line in read_lines(path) if json.loads(line)["step"] < step]
+        write_atomic(path, "".join(kept).encode())

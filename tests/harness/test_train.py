@@ -82,6 +82,16 @@ def test_train_writes_metrics_tensorboard_checkpoints_and_versions(
         versions.add(trajectory["policy_version"])
         assert trajectory["group_id"].endswith(f"@v{trajectory['policy_version']}")
     assert versions == {0, 1}  # step 2 sampled with the weights of step 1
+    # learner.jsonl: per trained segment, the learner's log-prob of each model-produced token; on-policy
+    # (ratio 1), so they match the sampler's log-probs of the same tokens.
+    trajectories = {t["id"]: t for t in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())}
+    learned = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
+    assert {line["step"] for line in learned} == {0, 1}
+    for line in learned:
+        segment = trajectories[line["trajectory_id"]]["segments"][line["segment"]]
+        sampled = [lp for turn in segment["turns"] for lp in turn["logprobs"]]
+        assert len(line["learner_logprobs"]) == len(sampled)
+        assert max(abs(a - b) for a, b in zip(line["learner_logprobs"], sampled, strict=True)) < 1e-3
 
 
 def test_bad_train_config_names_the_field(tmp_path: Path) -> None:
