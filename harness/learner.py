@@ -231,9 +231,10 @@ class Learner:
                     self.model, batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
                 )  # (B, T-1), (N, V)
             for b, i in enumerate(batch_rows):
-                if mine[i].source is not None:
+                source = mine[i].source
+                if source is not None:
                     where = batch["mask"][b].bool()  # (T-1,)
-                    self.learner_logprobs[mine[i].source] = logprobs[b][where].tolist()
+                    self.learner_logprobs[source] = logprobs[b][where].tolist()
             reference = None
             if self.reference is not None and self.config.kl_coef > 0:
                 with torch.no_grad(), self._autocast():

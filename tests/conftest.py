@@ -18,6 +18,7 @@ from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
 
 if TYPE_CHECKING:
+    from harness.train_demo import DemoResult
     from policies.hf import HFPolicy
 
 # Tests stay on loopback: litellm must not fetch its price list from the internet when imported.
@@ -103,3 +104,22 @@ def tiny_policy(tiny_model_path: Path) -> HFPolicy:
     from policies.hf import HFPolicy
 
     return HFPolicy(tiny_model_path)
+
+
+SHORT_DEMO = {"grpo_steps": 6, "group_size": 4, "eval_samples": 4}
+"""The training demo, shortened for CI: the same warm start, fewer GRPO steps and samples."""
+
+
+@pytest.fixture(scope="session")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DemoResult]:
+    """A short run of `harness demo` (warm start, GRPO with summaries, evaluations), seed 0, bwrap.
+
+    OUT/grpo is a training run directory (trajectories with varied rewards, metrics, learner.jsonl,
+    checkpoints); OUT/sft/demonstrations/* and OUT/eval-* are rollout run directories.
+    """
+    from harness.train_demo import DemoConfig, run_training_demo
+
+    require_backend("bwrap")
+    out = tmp_path_factory.mktemp("demo") / "run"
+    config = DemoConfig.model_validate({"out": str(out), "backend": "bwrap", "seed": 0, **SHORT_DEMO})
+    return out, run_training_demo(config)
