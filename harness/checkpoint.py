@@ -46,6 +46,27 @@ def save_checkpoint(
     return final
 
 
+def save_weights(root: Path, step: int, model: Any, tokenizer: Any) -> Path:
+    """Writes the weights (and tokenizer) alone to ROOT/step-N atomically, for a sampler to load; the
+    older ones are removed. Returns the folder."""
+    final = root / f"step-{step}"
+    tmp = root / f".step-{step}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tokenizer.save_pretrained(tmp)
+    for path in tmp.iterdir():
+        with path.open("rb") as f:
+            os.fsync(f.fileno())
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in root.glob("step-*"):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
 def latest_checkpoint(root: Path) -> Path | None:
     """The newest complete checkpoint (temporary folders of an interrupted save are ignored)."""
     if not root.is_dir():

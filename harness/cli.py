@@ -194,13 +194,15 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
-    demo = sub.add_parser("demo", help="the end-to-end demo on built-in defaults")
+    demo = sub.add_parser(
+        "demo", help="the main job on built-in defaults: build a tiny model, warm-start it, train it with GRPO"
+    )
     demo.add_argument("--backend", default="auto")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
     demo.add_argument(
-        "--train",
+        "--episode",
         action="store_true",
-        help="instead: the training demo (warm start, then GRPO; still being tuned to learn reliably)",
+        help="instead: one scripted episode of a built-in task, every tool call and observation shown",
     )
     demo.add_argument(
         "overrides", nargs="*", help="key=value settings of the training demo (e.g. grpo_steps=6)"
@@ -431,7 +433,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if not args.train:
+    if args.episode:
         from harness.demo import run_demo
 
         return run_demo(args.backend)

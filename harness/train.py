@@ -16,18 +16,26 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
-from harness.checkpoint import MetricsWriter, latest_checkpoint, load_checkpoint, save_checkpoint
+from harness.checkpoint import (
+    MetricsWriter,
+    latest_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+    save_weights,
+)
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
 from harness.rollout import RolloutConfig, SandboxPool, run_batch, select
 from harness.store import RunStore, append_line, read_lines, write_atomic
 from harness.trajectory import Trajectory
-from policies.base import SamplingParams
+from policies.base import SamplingParams, TokenPolicy
 from policies.hf import HFPolicy
+from policies.spec import parse_spec
+from policies.tito import TitoPolicy
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
 
@@ -42,6 +50,10 @@ class TrainConfig(BaseModel):
 
     model: Path
     """A Hugging Face model folder with the starting weights."""
+    sampler: str | None = None
+    """`tito:MODEL@URL`: a completions server (`harness serve`, vLLM) samples the rollouts, and after every
+    step loads the new weights from RUN/weights/step-N through its load endpoint. Default: the learner's
+    own model samples in-process."""
     suite: str = "builtin"
     tasks: list[str] | None = None
     """Task ids to train on (default: the whole suite)."""
@@ -60,9 +72,18 @@ class TrainConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
 
+    @field_validator("sampler")
+    @classmethod
+    def _token_server(cls, value: str | None) -> str | None:
+        if value is not None:
+            backend, _ = parse_spec(value)
+            if backend != "tito":
+                raise ValueError(f"{value!r}: the sampler must be a token server, tito:MODEL@URL")
+        return value
+
     def rollout_config(self) -> RolloutConfig:
         return RolloutConfig(
-            suite=self.suite, tasks=self.tasks, policy=f"hf:{self.model}", group_size=self.group_size,
+            suite=self.suite, tasks=self.tasks, policy=self.sampler or f"hf:{self.model}", group_size=self.group_size,
             concurrency=self.concurrency, seed=self.seed, out=self.out, loop=self.loop,
             sampling=self.sampling, summary=self.summary, sandbox=self.sandbox, reward=self.reward,
         )  # fmt: skip
@@ -96,6 +117,8 @@ def train(
     checkpoints = config.out / "checkpoints"
     found = latest_checkpoint(checkpoints) if resume else None
     policy = HFPolicy(found / "model" if found else config.model, seed=config.seed)
+    server = _server(config.sampler, config.model) if config.sampler else None
+    sampler: TokenPolicy = server or policy
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
     reference = None
     if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
@@ -117,6 +140,8 @@ def train(
         _drop_metrics_from(store, start)
     elif resume:
         _drop_metrics_from(store, 0)
+    if server is not None:  # the server samples with the weights the learner starts from
+        server.load_weights((found / "model" if found else config.model).resolve(), start)
     writer = MetricsWriter(config.out)
     pool = SandboxPool(config.sandbox)
     rollout_config = config.rollout_config()
@@ -130,13 +155,16 @@ def train(
             jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
             done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
             todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-            new = run_batch(todo, policy, rollout_config, pool, store.append_trajectory)
+            new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory)
             batch = sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
             rolled = time.monotonic()
             rows, advantage_stats = rows_from_trajectories(batch, config.learner)
             learned = learner.grpo_step(rows) if rows else {}
             _record_token_stats(store, step, rows, learner.learner_logprobs)
             policy.set_version(step + 1)
+            if server is not None:
+                weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
+                server.load_weights(weights.resolve(), step + 1)
             metrics = {
                 **step_metrics(batch),
                 **advantage_stats,
@@ -157,7 +185,14 @@ def train(
     finally:
         pool.close_all()
         writer.close()
+        if server is not None:
+            server.close()
     return history
+
+
+def _server(spec: str, tokenizer: Path) -> TitoPolicy:
+    _, (model, url) = parse_spec(spec)
+    return TitoPolicy(model, url, tokenizer_path=str(tokenizer))
 
 
 def _record_token_stats(

@@ -20,7 +20,7 @@ from envs.factory import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.learner import LearnerConfig
 from harness.loop import SYSTEM_PROMPT, LoopConfig
-from harness.rollout import RolloutConfig, rollout
+from harness.rollout import RolloutConfig, RolloutSummary, rollout
 from harness.sft import SFTConfig, run_sft
 from harness.train import TrainConfig, train
 from policies.base import SamplingParams
@@ -61,7 +61,11 @@ class DemoResult(BaseModel):
 
     baseline_pass_rate: float
     final_pass_rate: float
+    baseline_reward: float
+    """Mean reward of the warm-start-only evaluation."""
+    final_reward: float
     rewards: list[float]
+    """Mean reward of the rollouts of each GRPO step."""
     summaries_per_trajectory: list[float]
 
 
@@ -79,9 +83,9 @@ def prompt_tokens(policy: HFPolicy, suite: str) -> int:
     return longest
 
 
-def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str) -> float:
-    """pass@1 over `eval_samples` rollouts of every demo task, with fixed evaluation seeds."""
-    result = rollout(
+def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str) -> RolloutSummary:
+    """`eval_samples` rollouts of every demo task, with fixed evaluation seeds."""
+    return rollout(
         RolloutConfig(
             suite="demo", policy=f"hf:{model}", group_size=config.eval_samples, concurrency=config.concurrency,
             seed=config.seed + 10_000, out=config.out / name, summary=summary,
@@ -89,7 +93,6 @@ def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str)
             sandbox=SandboxConfig.model_validate({"backend": config.backend}),
         )
     )  # fmt: skip
-    return result.pass_at_1
 
 
 def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
@@ -112,7 +115,9 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     )  # fmt: skip
     console.print(f"[bold]2.[/] warm start: {config.sft_epochs} epochs on gold trajectories -> {sft_model}")
     baseline = evaluate(sft_model, config, summary, "eval-warm-start")
-    console.print(f"[bold]3.[/] warm start only: pass rate {baseline:.3f}")
+    console.print(
+        f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
+    )
     rewards: list[float] = []
     summaries: list[float] = []
 
@@ -137,9 +142,11 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     )  # fmt: skip
     final_model = config.out / "grpo" / "checkpoints" / f"step-{config.grpo_steps}" / "model"
     final = evaluate(final_model, config, summary, "eval-grpo")
-    table = Table("policy", "pass rate (demo suite)", title="same evaluation seeds")
-    table.add_row("warm start only", f"{baseline:.3f}")
-    table.add_row(f"warm start + {config.grpo_steps} GRPO steps", f"{final:.3f}")
+    table = Table("policy", "pass rate (demo suite)", "mean reward", title="same evaluation seeds")
+    table.add_row("warm start only", f"{baseline.pass_at_1:.3f}", f"{baseline.mean_reward:.3f}")
+    table.add_row(
+        f"warm start + {config.grpo_steps} GRPO steps", f"{final.pass_at_1:.3f}", f"{final.mean_reward:.3f}"
+    )
     console.print(table)
     console.print(
         f"Trajectories: {config.out / 'grpo' / 'trajectories.jsonl'}; metrics: {config.out / 'grpo' / 'metrics.jsonl'} "
@@ -147,8 +154,10 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         f"harness rollout --suite demo --policy hf:{final_model} --out {config.out / 'replay'}"
     )
     return DemoResult(
-        baseline_pass_rate=baseline,
-        final_pass_rate=final,
+        baseline_pass_rate=baseline.pass_at_1,
+        final_pass_rate=final.pass_at_1,
+        baseline_reward=baseline.mean_reward,
+        final_reward=final.mean_reward,
         rewards=rewards,
         summaries_per_trajectory=summaries,
     )

@@ -60,6 +60,6 @@ def test_sandbox_shell_keeps_the_working_folder(backend: str, sample_repo: Path)
 
 
 def test_demo_plays_a_builtin_task_end_to_end(backend: str) -> None:
-    proc = harness("demo", "--backend", backend, timeout=300)
+    proc = harness("demo", "--episode", "--backend", backend, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "PASS: reward 1.000" in proc.stdout and "turn 1: list_dir" in proc.stdout

@@ -9,7 +9,11 @@ import torch
 from safetensors.torch import load_file
 
 from harness.checkpoint import latest_checkpoint
+from harness.serve import create_app, running
 from harness.train import TrainConfig, train
+from policies.base import SamplingParams
+from policies.hf import HFPolicy
+from policies.tito import TitoPolicy
 from tests.harness.test_cli import harness
 
 MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
@@ -84,7 +88,9 @@ def test_train_writes_metrics_tensorboard_checkpoints_and_versions(
     assert versions == {0, 1}  # step 2 sampled with the weights of step 1
     # learner.jsonl: per trained segment, the learner's log-prob of each model-produced token; on-policy
     # (ratio 1), so they match the sampler's log-probs of the same tokens.
-    trajectories = {t["id"]: t for t in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())}
+    trajectories = {
+        t["id"]: t for t in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
+    }
     learned = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
     assert {line["step"] for line in learned} == {0, 1}
     for line in learned:
@@ -97,3 +103,32 @@ def test_train_writes_metrics_tensorboard_checkpoints_and_versions(
 def test_bad_train_config_names_the_field(tmp_path: Path) -> None:
     proc = harness("train", f"model={tmp_path}", "learner.lrr=1")
     assert proc.returncode == 2 and "learner.lrr" in proc.stderr
+
+
+def test_a_server_samples_and_reloads_every_steps_weights(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Rollouts sampled by `harness serve` on loopback; after each step it loads the learner's new weights."""
+    out = tmp_path / "run"
+    served = HFPolicy(tiny_model_path)  # starts with other weights: train() must load the run's own
+    served.load_state_dict({k: v + 0.01 for k, v in served.model.state_dict().items()}, version=7)
+    with running(create_app(served, model_name="tiny", max_model_len=4096)) as url:
+        spec = f"tito:tiny@{url}"
+        run = config(tiny_model_path, out, 2).model_copy(update={"sampler": spec})
+        train(run)
+        sampler = TitoPolicy("tiny", url, tokenizer_path=str(tiny_model_path))
+        assert sampler.version == 2
+        prompt = sampler.tokenizer.encode("def add(a, b):")
+        greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+        remote = sampler.generate(prompt, greedy)
+    lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert {t["policy_version"] for t in lines} == {0, 1} and {t["policy"] for t in lines} == {spec}
+    assert [p.name for p in (out / "weights").iterdir()] == ["step-2"]
+    final = latest_checkpoint(out / "checkpoints")
+    assert final is not None and final.name == "step-2"
+    local = HFPolicy(final / "model").generate(prompt, greedy)
+    assert remote.ids == local.ids and remote.policy_version == 2
+    assert max(abs(a - b) for a, b in zip(remote.logprobs, local.logprobs, strict=True)) < 1e-4
+
+
+def test_the_sampler_must_be_a_token_server(tmp_path: Path) -> None:
+    proc = harness("train", f"model={tmp_path}", "sampler=hf:/x")
+    assert proc.returncode == 2 and "token server" in proc.stderr
