@@ -5,7 +5,10 @@ The math lives in `harness/grpo.py`; this module only feeds it. Segments of all 
 into micro-batches under a token budget, so padding stays small without packing; gradients accumulate
 over micro-batches with the step's total token count as the one normalizer, so k micro-batches of b/k
 give the update of one batch of b. With several processes each takes its share of rows and gradients
-are summed across them (gloo on CPU, NCCL on GPU), which gives the one-process update again.
+are summed across them (gloo on CPU, NCCL on GPU), which gives the one-process update again: either every
+process holds all weights and gradients are all-reduced (`parallel: replicate`, DDP's semantics), or
+the weights, gradients and optimizer state are sharded with FSDP2 (`parallel: fsdp`, `fully_shard` per
+decoder layer and at the root, ZeRO-3).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, ConfigDict, Field
 from torch import Tensor
+from torch.distributed.tensor import DTensor
 
 from harness.grpo import AggMode, ISMode, Scale, group_advantages, grpo_loss
 from harness.trajectory import Trajectory
@@ -55,6 +59,8 @@ class LearnerConfig(BaseModel):
     activation_checkpointing: bool = False
     dtype: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 autocast on GPU; the CPU path stays float32."""
+    parallel: Literal["replicate", "fsdp"] = "replicate"
+    """With several processes: all-reduced gradients over full replicas, or FSDP2 sharding."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +167,36 @@ def token_logprobs(
     return out, logits
 
 
+class MaskedLogprobs(torch.nn.Module):
+    """`token_logprobs` as a module, so that FSDP2 can shard it at the root: its forward is where the
+    root's parameters (embeddings, final norm, LM head, tied or not) are gathered and their gradients
+    reduced, although the decoder and the head are called separately inside."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, temperature: float, mask: Tensor) -> Any:
+        return token_logprobs(self.model, input_ids, attention_mask, temperature, mask)
+
+
+def shard(model: torch.nn.Module) -> MaskedLogprobs:
+    """FSDP2 over the current process group: one unit per decoder layer, the rest in the root unit.
+    Gradients are summed, not averaged, across processes: each process's loss is already divided by
+    the token count of the whole step."""
+    from torch.distributed.fsdp import FSDPModule, fully_shard
+
+    for layer in model.get_decoder().layers:  # type: ignore[operator]
+        fully_shard(layer)
+    root = MaskedLogprobs(model)
+    fully_shard(root)
+    for module in root.modules():
+        if isinstance(module, FSDPModule):
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no pre-multiplied sum)
+    return root
+
+
 class Learner:
     """An optimizer over a causal LM, stepping on GRPO batches (or SFT batches)."""
 
@@ -181,6 +217,11 @@ class Learner:
         self.pad_id = pad_id
         self.temperature = temperature
         self.device = next(model.parameters()).device
+        self.rank = dist.get_rank() if dist.is_initialized() else 0
+        self.world = dist.get_world_size() if dist.is_initialized() else 1
+        self.sharded = config.parallel == "fsdp" and self.world > 1
+        # Sharding replaces the parameters with sharded ones: the optimizer is made after it.
+        self.forward = shard(model) if self.sharded else MaskedLogprobs(model)
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
         )
@@ -188,8 +229,6 @@ class Learner:
             model.gradient_checkpointing_enable()  # type: ignore[operator]
         self.learner_logprobs: dict[tuple[str, int], list[float]] = {}
         """After a GRPO step: the learner's log-prob of every mask-1 token (index >= 1) of each sourced row."""
-        self.rank = dist.get_rank() if dist.is_initialized() else 0
-        self.world = dist.get_world_size() if dist.is_initialized() else 1
 
     def _autocast(self) -> torch.autocast:
         enabled = self.config.dtype == "bfloat16" and self.device.type == "cuda"
@@ -198,11 +237,25 @@ class Learner:
     def _share(self, rows: Sequence[Row]) -> list[Row]:
         return list(rows[self.rank :: self.world])
 
-    def _total(self, value: float) -> float:
+    def _micro_batches(self, rows: Sequence[Row]) -> list[list[int]]:
+        """This process's micro-batches. Sharded, every process must run as many forward and backward
+        passes as the others (each one gathers parameters collectively): the short ones get empty
+        micro-batches (index -1: a row with loss mask 0)."""
+        batches = micro_batches([len(r.ids) for r in rows], self.config.micro_batch_tokens)
+        if self.sharded:
+            most = int(self._total(len(batches), op=dist.ReduceOp.MAX))
+            batches += [[-1]] * (most - len(batches))
+        return batches
+
+    def _rows(self, mine: Sequence[Row], indices: list[int]) -> list[Row]:
+        empty = Row(ids=[self.pad_id, self.pad_id], mask=[0, 0], sampler_logprobs=[0.0, 0.0], advantage=0.0)
+        return [mine[i] if i >= 0 else empty for i in indices]
+
+    def _total(self, value: float, op: dist.ReduceOp.RedOpType = dist.ReduceOp.SUM) -> float:
         if self.world == 1:
             return value
         t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t)
+        dist.all_reduce(t, op=op)
         return float(t.item())
 
     def grpo_step(self, rows: Sequence[Row]) -> dict[str, float]:
@@ -224,14 +277,14 @@ class Learner:
         maxes: dict[str, float] = {}
         self.learner_logprobs = {}
         self.model.train()
-        for batch_rows in micro_batches([len(r.ids) for r in mine], self.config.micro_batch_tokens):
-            batch = collate([mine[i] for i in batch_rows], self.pad_id, self.device)
+        for batch_rows in self._micro_batches(mine):
+            batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
             with self._autocast():
-                logprobs, logits = token_logprobs(
-                    self.model, batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
+                logprobs, logits = self.forward(
+                    batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
                 )  # (B, T-1), (N, V)
             for b, i in enumerate(batch_rows):
-                source = mine[i].source
+                source = mine[i].source if i >= 0 else None
                 if source is not None:
                     where = batch["mask"][b].bool()  # (T-1,)
                     self.learner_logprobs[source] = logprobs[b][where].tolist()
@@ -290,20 +343,19 @@ class Learner:
         norm_tokens = max(1.0, self._total(sum(sum(r.mask[1:]) for r in mine)))
         total_loss = 0.0
         self.model.train()
-        for batch_rows in micro_batches([len(r.ids) for r in mine], self.config.micro_batch_tokens):
-            batch = collate([mine[i] for i in batch_rows], self.pad_id, self.device)
+        for batch_rows in self._micro_batches(mine):
+            batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
             with self._autocast():
-                logprobs, _ = token_logprobs(
-                    self.model, batch["input_ids"], batch["attention_mask"], 1.0, batch["mask"]
-                )
+                logprobs, _ = self.forward(batch["input_ids"], batch["attention_mask"], 1.0, batch["mask"])
             loss = -(logprobs * batch["mask"]).sum() / norm_tokens  # ()
             loss.backward()
             total_loss += float(loss.item())
         return {"loss": self._total(total_loss)}
 
     def reduce_gradients(self) -> None:
-        """Sums gradients over processes: each one's loss is already over the global token count."""
-        if self.world > 1:
+        """Sums gradients over processes: each one's loss is already over the global token count.
+        (Sharded, FSDP2 has reduce-scattered them in the backward pass.)"""
+        if self.world > 1 and not self.sharded:
             for p in self.model.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
@@ -314,5 +366,13 @@ class Learner:
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        norm = float(grad_norm.item())
+        norm = float(grad_norm.full_tensor().item() if isinstance(grad_norm, DTensor) else grad_norm.item())
         return {"grad_norm": norm if math.isfinite(norm) else float("nan")}
+
+    def full_state_dict(self) -> dict[str, Tensor]:
+        """The whole weights on every process (gathered when sharded), on the CPU, under the model's names."""
+        state = {}
+        for name, value in self.model.state_dict().items():
+            full = value.full_tensor() if isinstance(value, DTensor) else value
+            state[name] = full.detach().cpu()
+        return state

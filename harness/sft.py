@@ -9,7 +9,6 @@ trained on.
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -23,24 +22,11 @@ from harness.loop import LoopConfig
 from harness.rollout import RolloutConfig, rollout
 from harness.store import RunStore
 from harness.trajectory import Trajectory
-from policies.chat_format import ChatFormat
+from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
-
-
-def assistant_text(message: dict[str, Any]) -> str:
-    """What a model writes for an assistant message: its text, then its tool call in Hermes format."""
-    text = str(message.get("content") or "")
-    for call in message.get("tool_calls") or []:
-        function = call["function"]
-        arguments = function["arguments"]
-        if isinstance(arguments, str):
-            arguments = json.loads(arguments)
-        body = json.dumps({"name": function["name"], "arguments": arguments})
-        text += f"\n<tool_call>\n{body}\n</tool_call>"
-    return text
 
 
 def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], fmt: ChatFormat) -> Row:
@@ -111,7 +97,8 @@ def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] 
             summary=config.summary, sandbox=config.sandbox,
         )  # fmt: skip
         rollout(demos)
-        trajectories += RunStore(demos.out).trajectories()
+        # The run file is in finishing order, which concurrency makes vary; the seed fixes the rest.
+        trajectories += sorted(RunStore(demos.out).trajectories(), key=lambda t: (t.task_id, t.sample_index))
     tasks = {t.id: t for t in load_suite(config.suite)}
     policy = HFPolicy(config.model, seed=config.seed)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())

@@ -1,0 +1,52 @@
+"""The training demo, shortened (tests/conftest.py `demo_run`, seed 0): GRPO must raise the reward.
+
+The warm-start-only evaluation is the baseline: the rise has to come from the GRPO steps, not from the
+warm start. Summaries must occur during training and their tokens must be trained on.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.train_demo import DemoResult
+from harness.trajectory import Trajectory
+
+FIRST_LAST = 2
+"""Steps averaged at each end of the run."""
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_grpo_raises_the_reward_above_the_first_steps_and_the_warm_start(
+    demo_run: tuple[Path, DemoResult],
+) -> None:
+    _, result = demo_run
+    first, last = mean(result.rewards[:FIRST_LAST]), mean(result.rewards[-FIRST_LAST:])
+    assert last > first, result.rewards
+    assert last > result.baseline_reward, (result.rewards, result.baseline_reward)
+    assert result.final_reward > result.baseline_reward, result
+
+
+def test_summaries_happen_in_training_and_are_trained_on(demo_run: tuple[Path, DemoResult]) -> None:
+    out, result = demo_run
+    assert min(result.summaries_per_trajectory) >= 1.0
+    run = out / "grpo"
+    trajectories = {
+        t.id: t
+        for t in map(Trajectory.model_validate_json, (run / "trajectories.jsonl").read_text().splitlines())
+    }
+    trained_summary_tokens = 0
+    later_segments = 0
+    for line in map(json.loads, (run / "learner.jsonl").read_text().splitlines()):
+        trajectory = trajectories[line["trajectory_id"]]
+        segment = trajectory.segments[line["segment"]]
+        later_segments += line["segment"] > 0
+        summary_turns = [turn for turn in segment.turns if turn.kind == "summary"]
+        generated = sum(len(turn.generated_ids) for turn in segment.turns)
+        assert len(line["learner_logprobs"]) == generated  # every model token, summary tokens included
+        if summary_turns and line["advantage"] != 0:
+            trained_summary_tokens += sum(len(turn.generated_ids) for turn in summary_turns)
+    assert trained_summary_tokens > 0 and later_segments > 0
