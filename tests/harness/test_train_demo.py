@@ -9,8 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.train_demo import DemoResult
 from harness.trajectory import Trajectory
+
+# The first test to ask for `demo_run` builds it (about 3.5 minutes on 2 idle cores).
+pytestmark = pytest.mark.timeout(1200)
 
 FIRST_LAST = 2
 """Steps averaged at each end of the run."""
