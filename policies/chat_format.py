@@ -8,6 +8,7 @@ re-rendered or re-tokenized (DESIGN.md, contract 1).
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from policies.base import Tokenizer
@@ -82,3 +83,16 @@ CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """A ChatML template with Qwen2.5-style tools and tool responses, for models built here (tiny models)."""
+
+
+def assistant_text(message: dict[str, Any]) -> str:
+    """What a model writes for an assistant message: its text, then its tool call in Hermes format."""
+    text = str(message.get("content") or "")
+    for call in message.get("tool_calls") or []:
+        function = call["function"]
+        arguments = function["arguments"]
+        if isinstance(arguments, str):
+            arguments = json.loads(arguments)
+        body = json.dumps({"name": function["name"], "arguments": arguments})
+        text += f"\n<tool_call>\n{body}\n</tool_call>"
+    return text
