@@ -11,6 +11,9 @@ from __future__ import annotations
 import functools
 import shutil
 import stat
+import tarfile
+import tempfile
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,6 +31,8 @@ from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 EXECUTOR = Path(__file__).with_name("executor.py")
 API_TIMEOUT_S = 30
 """Every call to the daemon is bounded: a stopped daemon is an infra error, not a hang."""
+BUILD_TIMEOUT_S = 1800.0
+_BUILD_LOCK = threading.Lock()
 
 
 @functools.cache
@@ -169,3 +174,83 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
     track(sandbox)
     sandbox.start()
     return sandbox
+
+
+def image_exists(tag: str) -> bool:
+    try:
+        client().images.get(tag)
+    except docker.errors.ImageNotFound:
+        return False
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+        raise SandboxError(f"docker could not look up image {tag!r}: {e}") from e
+    return True
+
+
+def ensure_image(tag: str, context: Path, timeout_s: float = BUILD_TIMEOUT_S) -> None:
+    """Builds `tag` from `context`/Dockerfile unless the daemon has it; offline: no network, no pulls."""
+    with _BUILD_LOCK:  # two sandboxes of one task must not build its image twice at once
+        if image_exists(tag):
+            return
+        log: list[str] = []
+        try:
+            stream = client().api.build(
+                path=str(context),
+                tag=tag,
+                network_mode="none",
+                pull=False,
+                rm=True,
+                forcerm=True,
+                decode=True,
+                timeout=timeout_s,
+            )
+            for chunk in stream:
+                log.append(str(chunk.get("stream", "")))
+                if "error" in chunk:
+                    tail = "".join(log).strip()[-1500:]
+                    raise SandboxError(
+                        f"building image {tag} from {context}/Dockerfile failed: {chunk['error'].strip()}\n{tail}"
+                    )
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+            raise SandboxError(f"building image {tag} from {context}/Dockerfile failed: {e}") from e
+
+
+def export_folder(tag: str, path: str, dest: Path) -> None:
+    """Copies folder `path` of image `tag` to the new host folder `dest` (no container is started)."""
+    try:
+        container = client().containers.create(tag, network_disabled=True)
+    except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+        raise SandboxError(f"docker could not read image {tag}: {e}") from e
+    try:
+        with tempfile.TemporaryDirectory(prefix="harness-export-", dir=dest.parent) as tmp:
+            archive = Path(tmp) / "folder.tar"
+            with archive.open("wb") as f:
+                stream, _ = container.get_archive(path)
+                for chunk in stream:
+                    f.write(chunk)
+            with tarfile.open(archive) as tar:
+                tar.extractall(Path(tmp) / "out", filter="data")
+            (Path(tmp) / "out" / Path(path).name).rename(dest)
+    except (docker.errors.DockerException, requests.exceptions.RequestException, tarfile.TarError) as e:
+        raise SandboxError(f"docker could not copy {path} out of image {tag}: {e}") from e
+    finally:
+        container.remove(force=True)
+
+
+def remove_image(tag: str) -> None:
+    try:
+        client().images.remove(tag, force=True)
+    except (docker.errors.DockerException, requests.exceptions.RequestException):
+        pass  # an image left behind costs disk, not correctness
+
+
+class DockerImages:
+    """Builds and reads task images; matches `tasks.harbor.Images`."""
+
+    def build(self, tag: str, context: Path, timeout_s: float) -> None:
+        ensure_image(tag, context, timeout_s)
+
+    def export(self, tag: str, path: str, dest: Path) -> None:
+        export_folder(tag, path, dest)
+
+    def remove(self, tag: str) -> None:
+        remove_image(tag)

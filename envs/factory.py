@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.bwrap import bwrap_path, start_bwrap
-from envs.docker import daemon_answers, start_docker
+from envs.docker import daemon_answers, ensure_image, start_docker
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig, SandboxError
 
@@ -22,10 +22,25 @@ def resolve_backend(name: str) -> str:
 
 
 def start_sandbox(
-    config: SandboxConfig, source_dir: Path | None = None, image: str | None = None
+    config: SandboxConfig,
+    source_dir: Path | None = None,
+    image: str | None = None,
+    image_build: Path | None = None,
 ) -> ExecutorSandbox:
-    """Starts a sandbox whose /repo is a copy of `source_dir` (or of the image's /opt/pristine)."""
+    """Starts a sandbox whose /repo is a copy of `source_dir` (or of the image's /opt/pristine).
+
+    With `image_build` (a folder with a Dockerfile), Docker first builds `image` from it when missing.
+    Bubblewrap runs on the host's own system and cannot build one, so it refuses such a task rather than
+    grade it in an environment other than the one its Dockerfile describes.
+    """
     backend = resolve_backend(config.backend)
     if backend == "docker":
+        if image is not None and image_build is not None:
+            ensure_image(image, image_build)
         return start_docker(config, source_dir, image)
+    if image_build is not None:
+        raise SandboxError(
+            f"the task's environment is built from {image_build / 'Dockerfile'}; "
+            "the bwrap backend cannot build images: use the docker backend"
+        )
     return start_bwrap(config, source_dir)

@@ -8,6 +8,9 @@
 4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
    report file outside the repository, and a test that is skipped, errored, missing or uncollected
    counts as failed.
+4'. A task judged by a verifier script (Harbor's tests/test.sh) instead gets the verifier's files
+   written at their absolute paths and its command run; its reward file (or, without one, its exit
+   status) decides. A verifier that writes no reward counts as failed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from envs.factory import start_sandbox
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
-from tasks.model import Task
+from tasks.model import Task, Verifier
 from tasks.patches import diff_trees, filter_patch, split_patch
 
 RUNNER = Path(__file__).with_name("grade_runner.py")
@@ -103,7 +106,7 @@ def grade_patch(
         duration_s=0.0,
     )
     try:
-        sandbox = start_sandbox(sandbox_config, task.repo, task.image)
+        sandbox = start_sandbox(sandbox_config, task.repo, task.image, task.image_build)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     try:
@@ -145,6 +148,33 @@ def _grade_in(
     after = _file_contents(sandbox, [p for p in changed if p.endswith(".py")])
     for path, content in task.hidden_tests.files.items():
         sandbox.write_file(path, content.encode())
+    verifier = task.hidden_tests.verifier
+    if verifier is not None:
+        f2p, p2p, score, timed_out = _run_verifier(sandbox, verifier, timeout)
+    else:
+        f2p, p2p, score, timed_out = _run_tests(sandbox, task, grader_dir, timeout)
+    all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
+    correct = score if reward_config.partial_credit else all_passed
+    judged = simplicity(patch, task.gold_patch, before, after, reward_config)
+    return Grade(
+        task_id=task.id,
+        correct=correct,
+        reward=reward(correct, judged.penalty, reward_config),
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
+        patch_applied=True,
+        dropped_paths=empty.dropped_paths,
+        simplicity=judged,
+        duration_s=time.monotonic() - started,
+    )
+
+
+Judged = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
+"""FAIL_TO_PASS and PASS_TO_PASS outcomes, the score in [0, 1], and whether the run timed out."""
+
+
+def _run_tests(sandbox: ExecutorSandbox, task: Task, grader_dir: str, timeout: float) -> Judged:
+    """Runs the hidden pytest ids; the score is the fraction that passed."""
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
@@ -163,23 +193,50 @@ def _grade_in(
     f2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.fail_to_pass}
     p2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.pass_to_pass}
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
-    total = len(f2p) + len(p2p)
-    if reward_config.partial_credit:
-        correct = passed / total
+    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out
+
+
+def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Judged:
+    """Runs the verifier script; its one outcome is keyed by its command, its score is its reward."""
+    for path, content in verifier.files.items():
+        sandbox.write_file(path, content.encode())
+    if verifier.reward_dir is not None:
+        made = sandbox.run(["mkdir", "-p", verifier.reward_dir], timeout=30)
+        if made.exit_code != 0:
+            raise SandboxError(
+                f"cannot make the verifier's folder {verifier.reward_dir}: {made.output[-500:]}"
+            )
+    run = sandbox.run(verifier.command, timeout=timeout, env=verifier.env)
+    if run.timed_out:
+        outcome: Outcome = "failed"
+        score = 0.0
+    elif verifier.reward_dir is None:
+        score = 1.0 if run.exit_code == 0 else 0.0
+        outcome = "passed" if score == 1.0 else "failed"
     else:
-        correct = 1.0 if passed == total and not run.timed_out else 0.0
-    judged = simplicity(patch, task.gold_patch, before, after, reward_config)
-    return Grade(
-        task_id=task.id,
-        correct=correct,
-        reward=reward(correct, judged.penalty, reward_config),
-        fail_to_pass=f2p,
-        pass_to_pass=p2p,
-        patch_applied=True,
-        dropped_paths=empty.dropped_paths,
-        simplicity=judged,
-        duration_s=time.monotonic() - started,
-    )
+        outcome, score = _read_reward(sandbox, verifier.reward_dir)
+    return {verifier.command: outcome}, {}, score, run.timed_out
+
+
+def _read_reward(sandbox: ExecutorSandbox, reward_dir: str) -> tuple[Outcome, float]:
+    """Harbor's reward files: reward.json ({"reward": x}) wins over reward.txt (x); x is clamped to [0, 1]."""
+    try:
+        raw = sandbox.read_file(f"{reward_dir}/reward.json")
+        try:
+            value = float(json.loads(raw)["reward"])
+        except (ValueError, KeyError, TypeError):
+            return "error", 0.0
+    except SandboxError:
+        try:
+            raw = sandbox.read_file(f"{reward_dir}/reward.txt")
+        except SandboxError:
+            return "missing", 0.0
+        try:
+            value = float(raw.decode(errors="replace").strip())
+        except ValueError:
+            return "error", 0.0
+    score = min(1.0, max(0.0, value)) if value == value else 0.0  # NaN is no reward
+    return ("passed" if score == 1.0 else "failed"), score
 
 
 class Validation(BaseModel):

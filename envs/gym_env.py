@@ -92,7 +92,9 @@ class CodingEnv(gym.Env[str, str]):
             raise ValueError(f"unknown task {chosen!r}; known: {', '.join(sorted(self.tasks))}")
         self._close_sandbox()
         config = self.sandbox_config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
-        self.sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image))
+        self.sandbox = ReplacingSandbox(
+            lambda: start_sandbox(config, task.repo, task.image, task.image_build)
+        )
         for command in task.setup_commands:
             result = self.sandbox.run(command)
             if result.exit_code != 0:

@@ -93,7 +93,7 @@ class SandboxPool:
                 sandbox = None
         if sandbox is None:
             config = self.config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
-            sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image))
+            sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image, task.image_build))
         with self.lock:
             self.busy.add(sandbox)
         for command in task.setup_commands:

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+"""What a task id may look like: it names a folder and an image."""
 
 
 class Limits(BaseModel):
@@ -24,6 +27,21 @@ class Limits(BaseModel):
     """Hard timeout of the hidden test run at grading."""
 
 
+class Verifier(BaseModel):
+    """A script that judges the repository once the agent is done (a Harbor task's tests/test.sh)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    command: str = Field(min_length=1)
+    """Shell command run from the repository in the grading sandbox, after `files` are written."""
+    files: dict[str, str] = Field(default_factory=dict)
+    """Absolute sandbox path -> content of each file it needs; written at grading only."""
+    reward_dir: str | None = "/logs/verifier"
+    """Where it writes reward.json ({"reward": x}) or reward.txt (x), x in [0, 1]; None: exit status 0 is 1."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment variables of the command."""
+
+
 class HiddenTests(BaseModel):
     """Tests the agent never sees; written over its repository at grading."""
 
@@ -31,10 +49,25 @@ class HiddenTests(BaseModel):
 
     files: dict[str, str] = Field(default_factory=dict)
     """Repository path -> content of each hidden test file."""
-    fail_to_pass: list[str] = Field(min_length=1)
+    fail_to_pass: list[str] = Field(default_factory=list)
     """pytest node ids that fail at the base commit and must pass after the fix."""
     pass_to_pass: list[str] = Field(default_factory=list)
     """pytest node ids that pass at the base commit and must keep passing."""
+    verifier: Verifier | None = None
+    """Instead of test ids: a script whose reward decides the grade."""
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> HiddenTests:
+        check_judge(self.fail_to_pass, self.pass_to_pass, self.verifier is not None)
+        return self
+
+
+def check_judge(fail_to_pass: list[str], pass_to_pass: list[str], has_verifier: bool) -> None:
+    """A task is judged by pytest ids or by a verifier: exactly one of them."""
+    if has_verifier and (fail_to_pass or pass_to_pass):
+        raise ValueError("fail_to_pass / pass_to_pass and a verifier: give one of them, not both")
+    if not has_verifier and not fail_to_pass:
+        raise ValueError("fail_to_pass: give at least one test id (or a verifier)")
 
 
 class Task(BaseModel):
@@ -42,7 +75,7 @@ class Task(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    id: str = Field(pattern=TASK_ID)
     title: str
     repo: Path
     """The repository at the base commit (a git work tree whose history ends there, or a plain folder)."""
@@ -59,9 +92,17 @@ class Task(BaseModel):
     """A unified diff (git format) from the base commit to a correct fix."""
     image: str | None = None
     """Docker image of the sandbox; None means the configured default."""
+    image_build: Path | None = None
+    """A Docker build context (a folder with a Dockerfile) that makes `image`; built offline when missing."""
     limits: Limits = Field(default_factory=Limits)
     tools: list[str] | None = None
     """Tools the agent may use; None means all."""
+
+    @model_validator(mode="after")
+    def _built_image_has_a_name(self) -> Task:
+        if self.image_build is not None and self.image is None:
+            raise ValueError("image_build: give the image's name too (image)")
+        return self
 
     def prompt(self) -> str:
         """The task as the agent first sees it."""

@@ -6,6 +6,7 @@ A suite folder:
       repos/NAME/                the repositories, in their correct (fixed) state
       TASK_ID/task.yaml          a `TaskFile`
       TASK_ID/hidden/...         hidden test files, by repository path
+      TASK_ID/verifier/...       optional: files of the task's verifier, by absolute sandbox path
       TASK_ID/gold.patch         optional; else the gold patch is the inverse of the task's `bug` edits
 
 Each task's base repository is materialized once into a cache folder as a git repository with a single
@@ -16,18 +17,19 @@ so the agent's copy has no object newer than its base.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
+import re
 import shutil
-import tarfile
+import subprocess
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tasks.model import HiddenTests, Limits, Task
-from tasks.patches import NOISE, commit_tree, diff_trees, git
+from tasks.model import HiddenTests, Limits, Task, Verifier, check_judge
+from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
 
 BUILTIN_SUITES = Path(__file__).with_name("suites")
 
@@ -62,13 +64,23 @@ class TaskFile(BaseModel):
     problem_statement: str
     setup_commands: list[str] = Field(default_factory=list)
     test_command: str = "python3 -m pytest -q"
-    fail_to_pass: list[str] = Field(min_length=1)
+    fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
+    verifier: Verifier | None = None
+    """Instead of test ids: a script whose reward decides the grade (its files also come from `verifier/`)."""
     gold_patch: str | None = None
     """A patch file relative to the task folder."""
     image: str | None = None
+    image_build: str | None = None
+    """A folder relative to the task folder with a Dockerfile that builds the image (named from its content
+    unless `image` is given)."""
     limits: Limits = Field(default_factory=Limits)
     tools: list[str] | None = None
+
+    @model_validator(mode="after")
+    def _one_judge(self) -> TaskFile:
+        check_judge(self.fail_to_pass, self.pass_to_pass, self.verifier is not None)
+        return self
 
 
 def cache_root() -> Path:
@@ -98,6 +110,11 @@ def load_suite(name_or_path: str) -> list[Task]:
     return [load_task(d, root) for d in task_dirs]
 
 
+def validation_problems(error: ValidationError) -> str:
+    """Each problem of a parse on one line: `field.path: message; ...`."""
+    return "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in error.errors())
+
+
 def load_task(task_dir: Path, suite_root: Path) -> Task:
     path = task_dir / "task.yaml"
     try:
@@ -107,22 +124,24 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
     try:
         spec = TaskFile.model_validate(raw)
     except ValidationError as e:
-        problems = "; ".join(
-            f"{'.'.join(map(str, err['loc'])) or '(top)'}: {err['msg']}" for err in e.errors()
-        )
-        raise TaskError(f"{path}: {problems}") from e
+        raise TaskError(f"{path}: {validation_problems(e)}") from e
 
     source = suite_root / "repos" / spec.repo
     if not source.is_dir():
         source = (task_dir / spec.repo).resolve()
     if not source.is_dir():
         raise TaskError(f"{path}: repo: no folder {spec.repo!r} under {suite_root / 'repos'} or {task_dir}")
-    hidden_root = task_dir / "hidden"
-    hidden = {
-        str(f.relative_to(hidden_root)): f.read_text()
-        for f in sorted(hidden_root.rglob("*"))
-        if f.is_file() and "__pycache__" not in f.parts
-    }
+    hidden = _folder_files(task_dir / "hidden")
+    verifier = None
+    if spec.verifier is not None:
+        found = {f"/{name}": text for name, text in _folder_files(task_dir / "verifier").items()}
+        verifier = spec.verifier.model_copy(update={"files": {**spec.verifier.files, **found}})
+    image, image_build = spec.image, None
+    if spec.image_build is not None:
+        image_build = (task_dir / spec.image_build).resolve()
+        if not (image_build / "Dockerfile").is_file():
+            raise TaskError(f"{path}: image_build: no Dockerfile in {image_build}")
+        image = image or image_tag(task_dir.name, image_build)
     base, commit, inverse = materialize(task_dir.name, source, spec, path)
     gold = inverse
     if spec.gold_patch is not None:
@@ -140,13 +159,33 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
         setup_commands=spec.setup_commands,
         test_command=spec.test_command,
         hidden_tests=HiddenTests(
-            files=hidden, fail_to_pass=spec.fail_to_pass, pass_to_pass=spec.pass_to_pass
+            files=hidden, fail_to_pass=spec.fail_to_pass, pass_to_pass=spec.pass_to_pass, verifier=verifier
         ),
         gold_patch=gold,
-        image=spec.image,
+        image=image,
+        image_build=image_build,
         limits=spec.limits,
         tools=spec.tools,
     )
+
+
+def _folder_files(root: Path) -> dict[str, str]:
+    """Relative path -> text of every file under `root` (none when it does not exist)."""
+    return {
+        str(f.relative_to(root)): f.read_text()
+        for f in sorted(root.rglob("*"))
+        if f.is_file() and "__pycache__" not in f.parts
+    }
+
+
+def image_tag(task_id: str, context: Path) -> str:
+    """The name of the image a task's build context makes: a new context content, a new name."""
+    h = hashlib.sha256()
+    for f in sorted(context.rglob("*")):
+        if f.is_file():
+            h.update(str(f.relative_to(context)).encode() + b"\0" + f.read_bytes() + b"\0")
+    name = re.sub(r"[^a-z0-9]+", "-", task_id.lower()).strip("-")  # what Docker allows in a name
+    return f"harness-task/{name}:{h.hexdigest()[:16]}"
 
 
 def _fingerprint(source: Path, spec: TaskFile) -> str:
@@ -177,10 +216,7 @@ def _build_base(task_id: str, source: Path, spec: TaskFile, path: Path, target: 
     try:
         tree = work / "repo"
         if spec.base_commit is not None:
-            tree.mkdir()
-            archive = git(["-C", str(source), "archive", "--format=tar", spec.base_commit])
-            with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-                tar.extractall(tree, filter="data")
+            export_commit(source, spec.base_commit, tree)
         else:
             noise = [pattern.rstrip("/") for pattern in NOISE]
             shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", *noise))
@@ -208,3 +244,68 @@ def _build_base(task_id: str, source: Path, spec: TaskFile, path: Path, target: 
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+
+
+def export_commit(source: Path, commit: str, dest: Path) -> None:
+    """Writes the files of `commit` of the git repository `source` into the new folder `dest`, byte for
+    byte: unlike `git archive`, no .gitattributes rule (export-ignore, export-subst, eol) changes them."""
+    listing = git(["-C", str(source), "ls-tree", "-r", "-z", "--full-tree", f"{commit}^{{commit}}"])
+    entries: list[tuple[str, str, str]] = []  # (mode, object id, path)
+    for record in listing.split(b"\0"):
+        if record:
+            meta, _, raw_path = record.partition(b"\t")
+            mode, _kind, sha = meta.decode().split()
+            entries.append((mode, sha, _safe_tree_path(os.fsdecode(raw_path), source, commit)))
+    dest.mkdir(parents=True)
+    blobs = [(mode, sha, p) for mode, sha, p in entries if mode != "160000"]
+    for mode, _sha, p in entries:
+        if mode == "160000":  # a submodule: git checks out an empty folder for it
+            (dest / p).mkdir(parents=True, exist_ok=True)
+    for (mode, _sha, p), data in zip(blobs, _read_blobs(source, [sha for _, sha, _ in blobs]), strict=True):
+        target = dest / p
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "120000":
+            target.symlink_to(os.fsdecode(data))
+        else:
+            target.write_bytes(data)
+            target.chmod(0o755 if mode == "100755" else 0o644)
+
+
+def _safe_tree_path(path: str, source: Path, commit: str) -> str:
+    if not stays_inside(path):
+        raise TaskError(f"{source}: commit {commit} holds a path git would refuse to check out: {path!r}")
+    return path
+
+
+def stays_inside(path: str) -> bool:
+    """Whether the relative path `path` names something inside its folder (and outside any .git)."""
+    parts = path.split("/")
+    return not path.startswith("/") and not any(p in ("", ".", "..") or p.lower() == ".git" for p in parts)
+
+
+def _read_blobs(source: Path, shas: list[str]) -> Iterator[bytes]:
+    """The contents of the given blobs, in order, from one `git cat-file --batch`."""
+    with tempfile.TemporaryFile() as wanted:
+        wanted.write("".join(f"{sha}\n" for sha in shas).encode())
+        wanted.seek(0)
+        proc = subprocess.Popen(
+            ["git", *SAFE_GIT_CONFIG, "-C", str(source), "cat-file", "--batch"],
+            stdin=wanted,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=safe_git_env("/nonexistent"),
+        )
+    out = proc.stdout
+    if out is None:  # never: stdout is a pipe
+        raise TaskError(f"{source}: git cat-file gave no output")
+    try:
+        for sha in shas:
+            header = out.readline().split()
+            if len(header) != 3 or header[1] != b"blob":
+                raise TaskError(f"{source}: cannot read object {sha}: {b' '.join(header).decode()}")
+            yield out.read(int(header[2]))
+            out.read(1)  # the newline after each object
+    finally:
+        out.close()
+        proc.kill()
+        proc.wait()
