@@ -21,10 +21,13 @@ from envs.lifecycle import install_signal_handlers, reap
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from harness.config import ConfigError, load_config
+from harness.replay import SORT_KEYS
 from harness.rollout import RolloutConfig, RolloutSummary, rollout
-from harness.store import RunStore
+from harness.runs import RunError, Selection
+from harness.store import RunStore, read_lines
 from harness.trajectory import Trajectory
 from policies.spec import PolicySpecError
+from tasks.importing import ImportReport
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
 
@@ -149,6 +152,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=int, default=2)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tasks_validate)
+    add_import_commands(tasks_sub)
+    add_synth_command(tasks_sub)
 
     p = sub.add_parser("grade", help="grade a patch file on a task")
     p.add_argument("--suite", default="builtin")
@@ -183,6 +188,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.set_defaults(func=cmd_serve)
 
+    p = sub.add_parser(
+        "view", help="a local web viewer of a run: trajectories, tokens, groups, training plots"
+    )
+    p.add_argument("run", type=Path, help="a run directory (runs/NAME)")
+    p.add_argument(
+        "--port", type=int, default=8600, help="port on 127.0.0.1 (default 8600; 0: any free port)"
+    )
+    p.set_defaults(func=cmd_view)
+
     for name, help_text in (
         ("train", "GRPO: roll out groups with the current policy, grade, update, repeat"),
         ("sft", "supervised warm start on gold trajectories of a suite"),
@@ -194,8 +208,11 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
+    add_run_commands(sub)
+
     demo = sub.add_parser(
-        "demo", help="the main job on built-in defaults: build a tiny model, warm-start it, train it with GRPO"
+        "demo",
+        help="the main job on built-in defaults: build a tiny model, warm-start it, train it with GRPO",
     )
     demo.add_argument("--backend", default="auto")
     demo.add_argument("--out", type=Path, default=Path("runs/demo"))
@@ -209,6 +226,142 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=cmd_demo)
     return parser
+
+
+def add_import_commands(tasks_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    importer = tasks_sub.add_parser(
+        "import", help="turn SWE-bench instances or Harbor task folders into a suite"
+    )
+    formats = importer.add_subparsers(dest="import_format", required=True)
+    p = formats.add_parser(
+        "swebench", help="SWE-bench instances (JSON lines) with local clones of their repos"
+    )
+    p.add_argument("file", type=Path, help="a JSONL file of instances in SWE-bench's field layout")
+    p.add_argument(
+        "--repos",
+        type=Path,
+        required=True,
+        help="a folder of git clones or mirrors: owner__name or owner/name",
+    )
+    p.add_argument("--out", type=Path, required=True, help="the suite folder to write")
+    p.add_argument(
+        "--image", default=None, help="Docker image of each task; {instance_id}, {repo}, {version} filled in"
+    )
+    p.add_argument(
+        "--setup-command", action="append", default=None, help="run before the agent and grading (repeatable)"
+    )
+    p.add_argument("--test-command", default=None, help="the agent's run_tests command")
+    p.add_argument(
+        "--environments",
+        type=Path,
+        default=None,
+        help="YAML or JSON: instance id -> {image, setup_commands, test_command}, over the options above",
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_tasks_import_swebench)
+    p = formats.add_parser("harbor", help="Harbor task folders (needs Docker to build their environments)")
+    p.add_argument("dir", type=Path, help="a Harbor task folder, or a folder of them")
+    p.add_argument("--out", type=Path, required=True, help="the suite folder to write")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_tasks_import_harbor)
+
+
+def cmd_tasks_import_swebench(args: argparse.Namespace) -> int:
+    from tasks.swebench import InstanceEnvironment, import_swebench, load_environments
+
+    defaults = InstanceEnvironment(
+        image=args.image, setup_commands=args.setup_command, test_command=args.test_command
+    )
+    environments = load_environments(args.environments) if args.environments else {}
+    return print_import(import_swebench(args.file, args.repos, args.out, defaults, environments), args.json)
+
+
+def cmd_tasks_import_harbor(args: argparse.Namespace) -> int:
+    from envs.docker import DockerImages, daemon_answers
+    from tasks.harbor import import_harbor
+
+    return print_import(
+        import_harbor(args.dir, args.out, DockerImages() if daemon_answers() else None), args.json
+    )
+
+
+def print_import(report: ImportReport, as_json: bool) -> int:
+    """Prints what was imported and what was not, and why; fails only when nothing was imported."""
+    if as_json:
+        print(report.model_dump_json(indent=1))
+    else:
+        for task_id in report.imported:
+            print(f"imported {task_id}")
+        for skipped in report.skipped:
+            name = f" ({skipped.task_id})" if skipped.task_id else ""
+            print(f"skipped {skipped.source}{name}: {skipped.reason}")
+        for warning in report.warnings:
+            print(f"warning: {warning}")
+        print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, into {report.suite}")
+    return 0 if report.imported else 1
+
+
+def add_synth_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = tasks_sub.add_parser(
+        "synth", help="make bug-fix tasks from a Python repository with a pytest suite, by mutation"
+    )
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--repo", type=Path, help="the repository folder")
+    source.add_argument("--pypi", metavar="NAME==VERSION", help="a source distribution from PyPI instead")
+    p.add_argument("--out", type=Path, required=True, help="the suite folder to write (made if missing)")
+    p.add_argument("--n", type=int, default=10, help="tasks wanted (default 10)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the order mutations are tried in")
+    p.add_argument("--name", default=None, help="the repository's name in the suite (default: its folder's)")
+    p.add_argument("--max-tries", type=int, default=None, help="most mutations tried (default 25 per task)")
+    p.add_argument("--backend", default="auto")
+    p.add_argument("--no-validate", action="store_true", help="skip validating each task (gold 1, empty 0)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_tasks_synth)
+
+
+def cmd_tasks_synth(args: argparse.Namespace) -> int:
+    from envs.synthesis import synthesize_suite
+    from tasks.synth import SynthConfig, Trial, fetch_sdist
+
+    repo = args.repo if args.pypi is None else fetch_sdist(args.pypi)
+    name = args.name or (args.pypi.split("==")[0] if args.pypi else None)
+    config = SynthConfig.model_validate(
+        {
+            "repo": repo,
+            "out": args.out,
+            "n": args.n,
+            "seed": args.seed,
+            "name": name,
+            "max_tries": args.max_tries,
+        }
+    )
+    sandbox = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})
+
+    def show(trial: Trial) -> None:
+        if not args.json:
+            where = f"{trial.path}:{trial.line} {trial.function}"
+            print(f"{trial.operator:<18} {where}: {trial.verdict}", file=sys.stderr)
+
+    report = synthesize_suite(config, sandbox, validate=not args.no_validate, on_trial=show)
+    if args.json:
+        extra = {"tried": report.tried, "kept": report.kept, "tasks_per_minute": report.tasks_per_minute}
+        print(json.dumps({**report.model_dump(mode="json"), **extra}, indent=1))
+        return 0 if report.tasks else 1
+    table = Table(title=f"{len(report.tasks)} tasks from {report.name} in {report.suite}")
+    for column in ("id", "operator", "where", "FAIL_TO_PASS", "PASS_TO_PASS"):
+        table.add_column(column)
+    for task in report.tasks:
+        where = f"{task.path}:{task.line} {task.function}"
+        table.add_row(task.id, task.operator, where, str(task.fail_to_pass), str(task.pass_to_pass))
+    Console(width=max(Console().width, 120)).print(table)
+    verdicts = ", ".join(f"{v} {k}" for v, k in sorted(report.verdicts().items()))
+    print(
+        f"{report.tried} mutations tried of {report.candidates} ({verdicts}); {len(report.tasks)} tasks "
+        f"in {report.duration_s:.0f} s on {sandbox.backend}: {report.tasks_per_minute:.1f} tasks/min"
+    )
+    for task_id, problems in report.rejected.items():
+        print(f"removed {task_id}: {'; '.join(problems)}")
+    return 0 if report.tasks else 1
 
 
 def select_tasks(suite: str, ids: str | None) -> list[Task]:
@@ -402,6 +555,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_view(args: argparse.Namespace) -> int:
+    from harness.viewer import ViewerError, serve_viewer
+
+    def ready(url: str) -> None:
+        print(f"harness view: {url}  (Ctrl-C to stop)", flush=True)
+
+    try:
+        serve_viewer(args.run, args.port, ready)
+    except ViewerError as e:
+        print(f"harness view: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # uvicorn has shut down and passes Ctrl-C on: a normal stop
+        pass
+    return 0
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from harness.train import TrainConfig, train
 
@@ -444,6 +613,161 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0 if result.final_pass_rate > result.baseline_pass_rate else 1
 
 
+def add_selection(p: argparse.ArgumentParser, with_id: bool = False) -> None:
+    """The flags that pick trajectories of a run (harness.runs.Selection)."""
+    if with_id:
+        p.add_argument(
+            "--id", default=None, help="one trajectory, e.g. TASK/0 (`harness runs RUN` lists them)"
+        )
+    p.add_argument("--task", default=None, help="the trajectories of one task")
+    p.add_argument("--group", default=None, help="the trajectories of one group (TASK@vN)")
+    p.add_argument("--status", default=None, help="comma-separated statuses: ok, limit, infra_error")
+    p.add_argument("--min-reward", type=float, default=None)
+    p.add_argument("--max-reward", type=float, default=None)
+
+
+def selection(args: argparse.Namespace) -> Selection:
+    statuses = [s.strip() for s in args.status.split(",") if s.strip()] if args.status else None
+    fields = {
+        "id": getattr(args, "id", None),
+        "task": args.task,
+        "group": args.group,
+        "status": statuses,
+        "min_reward": args.min_reward,
+        "max_reward": args.max_reward,
+    }
+    try:
+        return Selection.model_validate(fields)
+    except ValidationError as e:
+        error = e.errors()[0]
+        raise RunError(f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg']}") from e
+
+
+def add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser("runs", help="a run's trajectories as a table, filtered and sorted")
+    p.add_argument("run", type=Path, help="a run directory")
+    add_selection(p)
+    p.add_argument("--sort", default="order", choices=["order", *SORT_KEYS], help="default: run order")
+    p.add_argument("--desc", action="store_true", help="sort in descending order")
+    p.add_argument("--limit", type=int, default=None, help="show at most this many")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_runs)
+
+    p = sub.add_parser("replay", help="show a run's trajectories turn by turn, or re-execute them")
+    p.add_argument("run", type=Path, help="a run directory")
+    add_selection(p, with_id=True)
+    p.add_argument("--follow", action="store_true", help="show each new trajectory as the run writes it")
+    p.add_argument("--full", action="store_true", help="do not fold long observations")
+    p.add_argument(
+        "--reexecute",
+        action="store_true",
+        help="play the recorded tool calls again in a fresh sandbox and check observations and grade",
+    )
+    p.add_argument("--backend", default=None, help="--reexecute: auto, docker or bwrap (default: the run's)")
+    p.add_argument("--suite", default=None, help="the run's task suite, if it moved since the run")
+    p.add_argument("--json", action="store_true", help="--reexecute: print the reports as JSON")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("export", help="a run's trajectories as JSONL, Parquet or SFT conversations")
+    p.add_argument("run", type=Path, help="a run directory")
+    p.add_argument("--format", default="jsonl", choices=["jsonl", "parquet", "sft"])
+    p.add_argument("--out", type=Path, default=None, help="the file to write (default: RUN/export/...)")
+    add_selection(p)
+    p.add_argument("--suite", default=None, help="the run's task suite, if it moved since the run")
+    p.set_defaults(func=cmd_export)
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from harness.replay import run_row, runs_caption, runs_table, sort_trajectories
+    from harness.runs import advantages, open_run, select
+
+    store = open_run(args.run)
+    trained = advantages(args.run)
+    chosen = sort_trajectories(select(store, selection(args)), args.sort, args.desc)[: args.limit]
+    rows = [run_row(t, trained.get(t.id, [])) for t in chosen]
+    if args.json:
+        print(json.dumps([r.model_dump() for r in rows], indent=1))
+        return 0
+    total = sum(1 for _ in read_lines(store.trajectories_path))
+    table = runs_table(f"{args.run}: {len(rows)} of {total} trajectories", rows, training=bool(trained))
+    table.caption = runs_caption(rows)
+    console = Console()
+    if not console.is_terminal:  # piped or redirected: whole rows, however wide
+        wide = console.options.update_width(10_000)
+        console.width = max(console.width, console.measure(table, options=wide).maximum)
+    console.print(table)
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from harness.replay import Folding, RunContext, show
+    from harness.runs import follow, open_run, select
+
+    store = open_run(args.run)
+    chosen = selection(args)
+    if args.reexecute:
+        if args.follow:
+            raise RunError("--reexecute replays finished trajectories; leave out --follow")
+        return reexecute_selected(args, chosen)
+    console = Console()
+    context = RunContext(args.run, args.suite)
+    folding = Folding(full=args.full)
+    if not args.follow:
+        trajectories = select(store, chosen)
+        if not trajectories:
+            raise RunError(f"no trajectory of {args.run} matches the filters")
+        show(console, trajectories, context, folding)
+        return 0
+    Console(stderr=True).print(f"following {store.trajectories_path}; Ctrl-C stops", style="dim")
+    try:
+        for trajectory in follow(store):
+            if chosen.matches(trajectory):
+                show(console, [trajectory], context, folding)
+                if chosen.id is not None:
+                    return 0
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
+    """Re-executes every chosen trajectory; 0 when all reproduce, 1 on a divergence, 3 on an infra error."""
+    from harness.reexecute import reexecute, report_view
+    from harness.runs import load_setup, load_tasks, open_run, select
+
+    trajectories = select(open_run(args.run), chosen)
+    if not trajectories:
+        raise RunError(f"no trajectory of {args.run} matches the filters")
+    setup = load_setup(args.run, args.suite)
+    tasks = load_tasks(setup)
+    console = Console()
+    reports = []
+    for trajectory in trajectories:
+        task = tasks.get(trajectory.task_id)
+        if task is None:
+            raise RunError(
+                f"task {trajectory.task_id} is not in suite {setup.suite}; give the run's suite with --suite"
+            )
+        report = reexecute(trajectory, task, setup, args.backend)
+        reports.append(report)
+        if not args.json:
+            for part in report_view(report):
+                console.print(part)
+    if args.json:
+        print(json.dumps([{**r.model_dump(), "reproduced": r.reproduced} for r in reports], indent=1))
+    if any(r.infra_error for r in reports):
+        return 3
+    return 0 if all(r.reproduced for r in reports) else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from harness.export import export
+
+    result = export(args.run, args.format, selection(args), args.out, args.suite)
+    print(f"wrote {result.rows} rows ({result.trajectories} trajectories) to {result.path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     install_signal_handlers()
     parser = build_parser()
@@ -456,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SandboxError as e:
         print(f"harness: sandbox error: {e}", file=sys.stderr)
         return 3
-    except (TaskError, ConfigError, PolicySpecError) as e:
+    except (TaskError, ConfigError, PolicySpecError, RunError) as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
     return code

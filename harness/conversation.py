@@ -57,6 +57,7 @@ class TokenConversation:
         prompt = self.format.prompt_ids(messages, self.tools)
         self.segments.append(Segment(index=len(self.segments), prompt_ids=prompt))
         self.context = list(prompt)
+        self._reply_pending = False
 
     def _append(self, turn: Turn, ids: list[int]) -> None:
         turn.appended_ids += ids
@@ -66,6 +67,9 @@ class TokenConversation:
         self, max_new_tokens: int | None = None, kind: str = "action"
     ) -> tuple[Turn, ParsedCall | None]:
         """Samples the next assistant message from exactly the ids so far."""
+        if self._reply_pending:  # a tool result came last: the assistant's next message opens here
+            self._append(self.segment.turns[-1], list(self.format.reply_ids))
+            self._reply_pending = False
         self._verify()
         self.generations += 1
         params = self.params.model_copy(
@@ -101,12 +105,15 @@ class TokenConversation:
         return turn, None
 
     def observe(self, turn: Turn, text: str) -> None:
-        """Appends a tool result (or an error message) as the tool's message."""
-        self._append(turn, self.format.message_ids({"role": "tool", "content": text}))
+        """Appends a tool result (or an error message) as the tool's message. The opening of the next
+        assistant message follows only when one is generated: a summary request may come first."""
+        self._append(turn, self.format.message_ids({"role": "tool", "content": text}, reply=False))
+        self._reply_pending = True
 
     def summarize(self) -> Summary:
         """Asks for a summary, lets the model write it, and opens the next segment from it."""
         last = self.segment.turns[-1]
+        self._reply_pending = False
         self._append(last, self.format.message_ids(request_message()))
         before = len(self.context)
         turn, _ = self.generate(self.summary_config.max_summary_tokens, kind="summary")

@@ -32,7 +32,8 @@ from tools import Toolbox, ToolsConfig
 def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], fmt: ChatFormat) -> Row:
     ids = fmt.prompt_ids(list(messages[:2]), tools)
     mask = [0] * len(ids)
-    for message in messages[2:]:
+    later = list(messages[2:])
+    for k, message in enumerate(later):
         if message["role"] == "assistant":
             produced = [*fmt.encode(assistant_text(message)), fmt.stop_ids[0]]
             ids += produced
@@ -40,8 +41,9 @@ def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]],
             closing = list(fmt.closing_ids)
             ids += closing
             mask += [0] * len(closing)
-        else:
-            delta = fmt.message_ids(message)
+        else:  # as a token episode grows: the assistant's opening only before an assistant message
+            answered = k + 1 < len(later) and later[k + 1]["role"] == "assistant"
+            delta = fmt.message_ids(message, reply=False) + (list(fmt.reply_ids) if answered else [])
             ids += delta
             mask += [0] * len(delta)
     return Row(ids=ids, mask=mask, sampler_logprobs=[0.0] * len(ids), advantage=0.0)

@@ -34,6 +34,10 @@ class ChatFormat:
         self._base = rendered
         # What the template writes after the stop token of an assistant message ("\n" for ChatML).
         self.closing_ids = self.encode(rendered[at + 1 + len(stop_text) :])
+        # Where the assistant's next message starts (ChatML: "<|im_start|>assistant\n").
+        asked = [*_STAND_IN, {"role": "user", "content": "U"}]
+        closed = self._render(asked, add_generation_prompt=False)
+        self.reply_ids = self.encode(self._render(asked, add_generation_prompt=True)[len(closed) :])
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any) -> str:
         text = self.tokenizer.apply_chat_template(
@@ -54,9 +58,10 @@ class ChatFormat:
             return list(self.closing_ids)
         return [self.stop_ids[0], *self.closing_ids]
 
-    def message_ids(self, message: dict[str, Any]) -> list[int]:
-        """The ids of one more message after a closed assistant message, up to the next assistant turn."""
-        full = self._render([*_STAND_IN, message], add_generation_prompt=True)
+    def message_ids(self, message: dict[str, Any], reply: bool = True) -> list[int]:
+        """The ids of one more message after a closed assistant message; with `reply`, also the opening
+        of the assistant's next message (`reply_ids`), for a message the assistant answers next."""
+        full = self._render([*_STAND_IN, message], add_generation_prompt=reply)
         if not full.startswith(self._base):
             raise ValueError(
                 "the chat template re-renders earlier messages; token-exact deltas are impossible"

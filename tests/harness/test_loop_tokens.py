@@ -137,9 +137,13 @@ def expected_mask_and_appended(segment: Segment, fmt: ChatFormat) -> None:
         position += n
         expected = fmt.after_generation(turn.generated_ids, turn.finish_reason == "stop")
         if turn.kind == "action":
-            expected += fmt.message_ids({"role": "tool", "content": turn.observation})
+            # the tool result, then the summary request or the opening of the next assistant message
+            expected += fmt.message_ids({"role": "tool", "content": turn.observation}, reply=False)
             if k + 1 < len(segment.turns) and segment.turns[k + 1].kind == "summary":
                 expected += fmt.message_ids(request_message())
+            elif k + 1 < len(segment.turns):
+                expected += fmt.reply_ids
+                assert fmt.tokenizer.decode(fmt.reply_ids) == "<|im_start|>assistant\n"
         assert turn.appended_ids == expected
         m = len(turn.appended_ids)
         assert mask[position : position + m] == [0] * m
