@@ -148,10 +148,13 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         f"warm start + {config.grpo_steps} GRPO steps", f"{final.pass_at_1:.3f}", f"{final.mean_reward:.3f}"
     )
     console.print(table)
+    run = config.out / "grpo"
     console.print(
-        f"Trajectories: {config.out / 'grpo' / 'trajectories.jsonl'}; metrics: {config.out / 'grpo' / 'metrics.jsonl'} "
-        f"(TensorBoard: {config.out / 'grpo' / 'tensorboard'}). Replay one with: "
-        f"harness rollout --suite demo --policy hf:{final_model} --out {config.out / 'replay'}"
+        f"The training run is in {run} (trajectories, metrics, learner.jsonl, checkpoints; TensorBoard: "
+        f"{run / 'tensorboard'}). Inspect it with:\n"
+        f"  harness runs {run} --sort reward --desc     # every rollout, one line each\n"
+        f"  harness replay {run} --id demo-add/0        # the turns, summaries, diff and grade of one\n"
+        f"  harness view {run}                          # the web viewer: tokens, advantages, plots"
     )
     return DemoResult(
         baseline_pass_rate=baseline.pass_at_1,
