@@ -313,6 +313,7 @@ def add_synth_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentPar
     p.add_argument("--seed", type=int, default=0, help="seed of the order mutations are tried in")
     p.add_argument("--name", default=None, help="the repository's name in the suite (default: its folder's)")
     p.add_argument("--max-tries", type=int, default=None, help="most mutations tried (default 25 per task)")
+    p.add_argument("--per-function", type=int, default=2, help="most tasks from one function (default 2)")
     p.add_argument("--backend", default="auto")
     p.add_argument("--no-validate", action="store_true", help="skip validating each task (gold 1, empty 0)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -333,6 +334,7 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
             "seed": args.seed,
             "name": name,
             "max_tries": args.max_tries,
+            "per_function": args.per_function,
         }
     )
     sandbox = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})

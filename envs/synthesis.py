@@ -1,0 +1,137 @@
+"""Task synthesis in a sandbox: `tasks.synth` with its tests run by `pytest_runner.py`, then validated.
+
+One sandbox, started from the suite's copy of the repository, serves the whole synthesis: a mutation is
+written over its file, the tests run, the original is written back. Every task written is then
+validated as `harness tasks validate` does (gold patch 1, empty patch 0, in fresh sandboxes), and one
+that fails is removed again.
+
+The synthesis runs load no pytest plugins from entry points (they cost ~0.6 s a run on a host with
+many packages): those belong to the sandbox's Python, not to the repository. The validation runs the
+grader unchanged, so a task whose outcome a plugin would change does not survive it.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from envs.factory import start_sandbox
+from envs.grading import GRADER_INI, Validation, validate_task
+from envs.grading import RUNNER as GRADE_RUNNER
+from envs.remote import ExecutorSandbox
+from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+from tasks.suite import load_task
+from tasks.synth import (
+    Check,
+    PytestRun,
+    SynthConfig,
+    SynthError,
+    SynthReport,
+    Trial,
+    copy_repository,
+    synthesize,
+)
+
+RUNNER = Path(__file__).with_name("pytest_runner.py")
+READY = "harness-pytest-runner-ready"
+"""Printed by the runner once pytest is imported, before any code of the repository runs."""
+REPORT_MAX_BYTES = 1 << 26
+"""The traced run's report holds every line each test ran: megabytes for a suite of thousands of tests."""
+
+
+class SandboxPytest:
+    """`PytestRunner` on a sandbox: runs `pytest_runner.py` in it and reads the report it writes.
+
+    A run that leaves the sandbox unusable (a mutation that eats all memory or forks without end)
+    counts as crashed, and a fresh sandbox, at the repository's correct state, takes its place.
+    """
+
+    def __init__(self, start: Callable[[], ExecutorSandbox]) -> None:
+        self.start = start
+        self.dir = f"/tmp/synth-{secrets.token_hex(6)}"
+        self.runs = 0
+        self.replacements = 0
+        self.sandbox = self._fresh()
+
+    def _fresh(self) -> ExecutorSandbox:
+        sandbox = self.start()
+        sandbox.write_file(f"{self.dir}/runner.py", RUNNER.read_bytes())
+        sandbox.write_file(f"{self.dir}/grade_runner.py", GRADE_RUNNER.read_bytes())
+        sandbox.write_file(f"{self.dir}/pytest.ini", GRADER_INI.encode())
+        return sandbox
+
+    def write_file(self, path: str, text: str) -> None:
+        self.sandbox.write_file(path, text.encode())
+
+    def run_tests(self, targets: list[str], trace: list[str], timeout: float) -> PytestRun:
+        self.runs += 1
+        report = f"{self.dir}/report-{self.runs}.json"
+        spec = {"report": report, "ini": f"{self.dir}/pytest.ini", "root": WORKDIR, "targets": targets}
+        self.sandbox.write_file(f"{self.dir}/spec.json", json.dumps({**spec, "trace": trace}).encode())
+        result = self.sandbox.run(
+            ["python3", "-I", "-B", f"{self.dir}/runner.py", f"{self.dir}/spec.json"],
+            timeout=timeout,
+            env={"PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"},
+        )
+        if result.failure is not None:
+            self.close()
+            self.sandbox = self._fresh()
+            self.replacements += 1
+            return PytestRun(crashed=True, duration_s=result.duration_s)
+        if result.timed_out:
+            return PytestRun(timed_out=True, duration_s=result.duration_s)
+        if READY not in result.output:
+            raise SynthError(f"pytest does not start in the sandbox: {result.output.strip()[-500:]}")
+        try:
+            raw = json.loads(self.sandbox.read_file(report, max_bytes=REPORT_MAX_BYTES))
+        except (SandboxError, ValueError):
+            return PytestRun(crashed=True, duration_s=result.duration_s)
+        raw.pop("exit_code", None)
+        return PytestRun.model_validate({**raw, "duration_s": result.duration_s})
+
+    def close(self) -> None:
+        self.sandbox.close()
+
+
+def validator(sandbox_config: SandboxConfig, concurrency: int) -> Check:
+    """A check that validates new task folders once each (gold 1, empty 0), `concurrency` at a time."""
+
+    def check(task_dirs: list[Path]) -> dict[str, list[str]]:
+        tasks = [load_task(d, d.parent) for d in task_dirs]
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            results: list[Validation] = list(pool.map(lambda t: validate_task(t, sandbox_config, 1), tasks))
+        for result in results:
+            infra = [p for p in result.problems if "infra error" in p]
+            if infra:  # the harness's trouble, not the task's: stop rather than drop good tasks
+                raise SandboxError(f"validating {result.task_id}: {infra[0]}")
+        return {r.task_id: r.problems for r in results}
+
+    return check
+
+
+def synthesize_suite(
+    config: SynthConfig,
+    sandbox_config: SandboxConfig,
+    validate: bool = True,
+    concurrency: int = 2,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> SynthReport:
+    """Copies the repository into the suite, synthesizes tasks in one sandbox, validates each."""
+    name, repo = copy_repository(config)
+    report = None
+    try:
+        runner = SandboxPytest(lambda: start_sandbox(sandbox_config, repo))
+        try:
+            check = validator(sandbox_config, concurrency) if validate else None
+            report = synthesize(config, repo, name, runner, check, on_trial)
+        finally:
+            runner.close()
+    finally:
+        unused = not any(config.out.glob(f"{name}-[0-9][0-9][0-9]*/task.yaml"))
+        if (report is None or not report.tasks) and unused:  # no task uses it: leave it out of the suite
+            shutil.rmtree(repo)
+    return report

@@ -1,0 +1,654 @@
+"""Task synthesis: bug-fix tasks made from any Python repository with a pytest suite.
+
+1. The repository is copied (without .git and caches) to SUITE/repos/NAME: the correct state.
+2. Its tests run twice; the ones that pass both times are the suite. The first run records, per test,
+   the lines of the repository's own code it ran (`sys.settrace` in the sandbox).
+3. Every mutation of `tasks.mutations` on a covered line is a candidate. Candidates are shuffled
+   (seeded), taken round-robin over the operators, and those giving an identical file are tried once.
+4. A candidate is written into the sandbox and the test files that cover its line run. It is kept
+   when some tests that passed now fail, nothing else broke (collection, time-out), each failing test
+   fails again on its own, and passes on its own once the original is back (the inverse patch).
+   A second candidate in the same function that fails the same tests is a duplicate.
+5. A kept candidate becomes a task: its `bug` edit, FAIL_TO_PASS (the tests it fails), PASS_TO_PASS
+   (the tests of those files that still pass), and a problem statement made of the failing tests'
+   names and assertion messages, which never quotes the mutated code.
+
+The sandbox is behind `PytestRunner`, so this module needs no sandbox code (`envs.synthesis` runs it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Literal, Protocol
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from tasks.mutations import OPERATORS, Mutation, Operator, Source, find_mutations
+from tasks.patches import NOISE, is_graded_path
+from tasks.suite import BugEdit, TaskError, TaskFile, cache_root
+
+Verdict = Literal["kept", "survived", "timeout", "crashed", "broke_collection", "duplicate", "unconfirmed"]
+SKIPPED_DIRS = (".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "node_modules")
+STATEMENT_TESTS = 3
+"""Failing tests whose messages the problem statement quotes; the rest are named in one line."""
+
+
+class SynthError(TaskError):
+    """The repository cannot be synthesized from (no tests, none passing, nothing covered, ...)."""
+
+
+class PytestRun(BaseModel):
+    """What one pytest run in the sandbox reported."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    outcomes: dict[str, str] = Field(default_factory=dict)
+    """Node id -> passed, failed, error or skipped."""
+    messages: dict[str, str] = Field(default_factory=dict)
+    """Node id -> the exception of a failing test (`AssertionError: assert 2 == 3`), no traceback."""
+    collect_errors: dict[str, str] = Field(default_factory=dict)
+    coverage: dict[str, dict[str, list[int]]] = Field(default_factory=dict)
+    """Node id -> repository path -> lines it ran (only when the run traced)."""
+    timed_out: bool = False
+    crashed: bool = False
+    """The run ended without a report (the process died)."""
+    duration_s: float
+
+
+class PytestRunner(Protocol):
+    """A repository in a sandbox whose files can be overwritten and whose tests can be run."""
+
+    def write_file(self, path: str, text: str) -> None:
+        """Overwrites a file of the repository (a path relative to its root)."""
+        ...
+
+    def run_tests(self, targets: list[str], trace: list[str], timeout: float) -> PytestRun:
+        """Runs pytest on test files or node ids; records the lines of `trace` files each test ran."""
+        ...
+
+
+class SynthConfig(BaseModel):
+    """What `harness tasks synth` makes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: Path
+    """The repository: a folder with Python code and pytest tests."""
+    out: Path
+    """The suite folder written to (made if missing)."""
+    name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """The repository's name in the suite and the prefix of task ids; None: the folder's name."""
+    n: int = Field(default=10, ge=1)
+    """Tasks wanted."""
+    seed: int = 0
+    """Seed of the order in which mutations are tried."""
+    max_tries: int | None = Field(default=None, ge=1)
+    """Most mutations tried; None: 25 per task wanted."""
+    per_function: int = Field(default=2, ge=1)
+    """Most tasks from one function."""
+    baseline_timeout_s: float = Field(default=600.0, gt=0)
+    """Time limit of the first full test runs."""
+
+
+class Trial(BaseModel):
+    """One mutation tried."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operator: Operator
+    path: str
+    function: str
+    line: int
+    verdict: Verdict
+    failing: int = 0
+    """Tests that failed with the mutation in place."""
+    duration_s: float
+
+
+class SynthesizedTask(BaseModel):
+    """What a task was made from (written next to its task.yaml as synth.json)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str
+    operator: Operator
+    path: str
+    function: str
+    line: int
+    fail_to_pass: int
+    pass_to_pass: int
+
+
+class SynthReport(BaseModel):
+    """The outcome of one synthesis."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    repo: str
+    name: str
+    suite: str
+    test_files: int
+    passing_tests: int
+    covered_lines: int
+    candidates: int
+    """Distinct mutations on covered lines."""
+    trials: list[Trial] = Field(default_factory=list)
+    tasks: list[SynthesizedTask] = Field(default_factory=list)
+    """The tasks written (and, when checked, valid)."""
+    rejected: dict[str, list[str]] = Field(default_factory=dict)
+    """Task id -> problems: tasks the check refused, removed again."""
+    baseline_s: float = 0.0
+    trials_s: float = 0.0
+    check_s: float = 0.0
+    duration_s: float = 0.0
+
+    @property
+    def tried(self) -> int:
+        return len(self.trials)
+
+    @property
+    def kept(self) -> int:
+        return sum(t.verdict == "kept" for t in self.trials)
+
+    @property
+    def tasks_per_minute(self) -> float:
+        return 60.0 * len(self.tasks) / self.duration_s if self.duration_s else 0.0
+
+    def verdicts(self) -> dict[str, int]:
+        counts: dict[str, int] = defaultdict(int)
+        for trial in self.trials:
+            counts[trial.verdict] += 1
+        return dict(counts)
+
+
+Check = Callable[[list[Path]], dict[str, list[str]]]
+"""Given new task folders, the problems of each task id (an empty list: valid)."""
+
+
+# ---- the repository --------------------------------------------------------------------------------
+
+
+def copy_repository(config: SynthConfig) -> tuple[str, Path]:
+    """The repository's name and its clean copy under SUITE/repos/NAME."""
+    if not config.repo.is_dir():
+        raise SynthError(f"--repo {config.repo}: not a directory")
+    name = config.name or re.sub(r"[^A-Za-z0-9_.-]", "-", config.repo.resolve().name).lstrip("-._")
+    if not name:
+        raise SynthError(f"--repo {config.repo}: give the repository a name with --name")
+    target = config.out / "repos" / name
+    if target.exists():
+        raise SynthError(f"{target} exists: the suite has a repository {name!r} already (use --name)")
+    noise = shutil.ignore_patterns(*SKIPPED_DIRS, *(pattern.rstrip("/") for pattern in NOISE))
+    out = config.out.resolve()
+
+    def ignore(folder: str, names: list[str]) -> set[str]:  # the suite may live inside the repository
+        return set(noise(folder, names)) | {n for n in names if Path(folder, n).resolve() == out}
+
+    shutil.copytree(config.repo, target, ignore=ignore, symlinks=True)
+    return name, target
+
+
+def _walk_python(repo: Path) -> Iterator[str]:
+    for path in sorted(repo.rglob("*.py")):
+        relative = path.relative_to(repo)
+        if not any(part.startswith(".") for part in relative.parts) and path.is_file():
+            yield relative.as_posix()
+
+
+def find_test_files(repo: Path) -> list[str]:
+    """The files pytest collects by default: test_*.py and *_test.py."""
+    found = [p for p in _walk_python(repo) if re.fullmatch(r"test_.*\.py|.*_test\.py", Path(p).name)]
+    if not found:
+        raise SynthError(f"{repo}: no test files (test_*.py or *_test.py); synthesis needs a pytest suite")
+    return found
+
+
+def find_source_files(repo: Path) -> list[str]:
+    """Python files the tasks may break: not tests, test settings or setup scripts."""
+    return [
+        p
+        for p in _walk_python(repo)
+        if not is_graded_path(p) and p != "setup.py" and not p.startswith(("docs/", "doc/"))
+    ]
+
+
+# ---- the baseline ----------------------------------------------------------------------------------
+
+
+class Baseline(BaseModel):
+    """The tests that pass twice on the correct repository, and who covers what."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    passing: list[str]
+    by_line: dict[str, dict[int, list[str]]]
+    """Repository path -> line -> the passing tests that ran it."""
+    duration_s: float
+    """Wall time of one untraced run of the whole suite."""
+
+    def tests_of(self, mutation: Mutation) -> set[str]:
+        lines = self.by_line.get(mutation.path, {})
+        return {test for line in mutation.lines for test in lines.get(line, [])}
+
+    def covered_lines(self) -> int:
+        return sum(len(lines) for lines in self.by_line.values())
+
+
+def run_baseline(runner: PytestRunner, tests: list[str], sources: list[str], timeout: float) -> Baseline:
+    traced = runner.run_tests(tests, sources, timeout)
+    plain = runner.run_tests(tests, [], timeout)
+    if traced.timed_out or plain.timed_out:
+        raise SynthError(f"the test suite did not finish in {timeout:.0f} s")
+    passing = sorted(
+        t
+        for t, outcome in plain.outcomes.items()
+        if outcome == "passed" and traced.outcomes.get(t) == "passed"
+    )
+    if not passing:
+        raise SynthError(f"no test passes on the unchanged repository: {_why_none_pass(plain)}")
+    by_line: dict[str, dict[int, list[str]]] = {}
+    for test in passing:
+        for path, lines in traced.coverage.get(test, {}).items():
+            for line in lines:
+                by_line.setdefault(path, {}).setdefault(line, []).append(test)
+    if not by_line:
+        raise SynthError(f"the {len(passing)} passing tests run no line of the repository's own code")
+    return Baseline(passing=passing, by_line=by_line, duration_s=plain.duration_s)
+
+
+def _why_none_pass(run: PytestRun) -> str:
+    if run.crashed:
+        return "pytest died without a report"
+    if run.collect_errors:
+        where, message = next(iter(run.collect_errors.items()))
+        hint = (
+            " (a src/ layout? only the repository root is on sys.path)" if "ModuleNotFound" in message else ""
+        )
+        return f"{len(run.collect_errors)} collection errors, e.g. {where}: {_first_line(message)}{hint}"
+    if not run.outcomes:
+        return "pytest collected no tests"
+    failed = [t for t, o in run.outcomes.items() if o != "passed"]
+    return f"{len(failed)} of {len(run.outcomes)} tests fail or skip, e.g. {failed[0]}"
+
+
+def _first_line(text: str) -> str:
+    return text.strip().splitlines()[0] if text.strip() else "(no message)"
+
+
+# ---- candidates ------------------------------------------------------------------------------------
+
+
+def candidates(repo: Path, baseline: Baseline, seed: int) -> list[Mutation]:
+    """The distinct mutations on covered lines, shuffled with `seed`, round-robin over operators."""
+    by_operator: dict[Operator, list[Mutation]] = {op: [] for op in OPERATORS}
+    seen: set[str] = set()
+    for path in sorted(baseline.by_line):
+        try:
+            text = (repo / path).read_text(encoding="utf-8")
+            found = find_mutations(path, text)
+        except (SyntaxError, ValueError):  # not UTF-8, or not Python this interpreter parses
+            continue
+        for mutation in found:
+            if not baseline.tests_of(mutation):
+                continue
+            digest = hashlib.sha256(f"{path}\0{mutation.apply(text)}".encode()).hexdigest()
+            if digest not in seen:
+                seen.add(digest)
+                by_operator[mutation.operator].append(mutation)
+    rng = random.Random(seed)
+    queues = []
+    for op in OPERATORS:
+        rng.shuffle(by_operator[op])
+        queues.append(by_operator[op])
+    order: list[Mutation] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        order.extend(q[i] for q in queues if i < len(q))
+    return order
+
+
+# ---- one trial -------------------------------------------------------------------------------------
+
+
+class Kept(BaseModel):
+    """A mutation that makes a task."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    messages: dict[str, str]
+
+
+def try_mutation(
+    runner: PytestRunner, repo: Path, mutation: Mutation, baseline: Baseline, seen: set[tuple[str, ...]]
+) -> tuple[Verdict, int, Kept | None]:
+    """Runs the covering test files with the mutation in place; (verdict, failing tests, the task)."""
+    original = (repo / mutation.path).read_text()
+    covering = baseline.tests_of(mutation)
+    files = sorted({test.split("::", 1)[0] for test in covering})
+    expected = [t for t in baseline.passing if t.split("::", 1)[0] in files]
+    timeout = 10.0 + 3.0 * baseline.duration_s
+    runner.write_file(mutation.path, mutation.apply(original))
+    try:
+        run = runner.run_tests(files, [], timeout)
+        if run.timed_out:
+            return "timeout", 0, None
+        if run.crashed:
+            return "crashed", 0, None
+        if run.collect_errors or any(t not in run.outcomes for t in expected):
+            return "broke_collection", 0, None
+        failing = [t for t in expected if run.outcomes[t] != "passed"]
+        if not failing:
+            return "survived", 0, None
+        key = (mutation.path, mutation.function, *failing)
+        if key in seen:
+            return "duplicate", len(failing), None
+        seen.add(key)
+        alone = runner.run_tests(failing, [], timeout)
+        still = [t for t in failing if alone.outcomes.get(t) in ("failed", "error")]
+    finally:
+        runner.write_file(mutation.path, original)
+    fixed = runner.run_tests(still, [], timeout) if still else None
+    f2p = [t for t in still if fixed is not None and fixed.outcomes.get(t) == "passed"]
+    if not f2p:
+        return "unconfirmed", len(failing), None
+    p2p = [t for t in expected if run.outcomes[t] == "passed"]
+    messages = {t: run.messages.get(t, "") for t in f2p}
+    return "kept", len(failing), Kept(fail_to_pass=f2p, pass_to_pass=p2p, messages=messages)
+
+
+# ---- the task --------------------------------------------------------------------------------------
+
+
+def bug_edit(path: str, text: str, mutation: Mutation) -> BugEdit:
+    """The mutation as an exact replacement of whole lines, with just enough context to be unique."""
+    source_lines = Source(text).lines  # split at "\n" only, as the line numbers count
+    mutated_lines = Source(mutation.apply(text)).lines
+    first = text.count("\n", 0, mutation.start)
+    last = text.count("\n", 0, max(mutation.start, mutation.end - 1))
+    tail = len(source_lines) - 1 - last  # lines after the change: the same in both texts
+    lo, hi = first, last
+    while True:
+        old = "".join(source_lines[lo : hi + 1])
+        new = "".join(mutated_lines[lo : len(mutated_lines) - tail + (hi - last)])
+        if old.strip() and text.count(old) == 1:
+            return BugEdit(path=path, old=old, new=new)
+        if lo == 0 and hi == len(source_lines) - 1:
+            raise SynthError(f"{path}: no unique context for a mutation at line {first + 1}")
+        lo, hi = max(lo - 1, 0), min(hi + 1, len(source_lines) - 1)
+
+
+def text_line(repo: Path, mutation: Mutation) -> int:
+    """The 1-based line where the mutation starts."""
+    return (repo / mutation.path).read_text().count("\n", 0, mutation.start) + 1
+
+
+def _code_lines(edit: BugEdit) -> list[str]:
+    """Lines of the edit (before and after) long enough that quoting them would give the fix away."""
+    return [line.strip() for line in (edit.old + edit.new).splitlines() if len(line.strip()) >= 8]
+
+
+def _quote(message: str, secrets: list[str]) -> str:
+    message = re.sub(r" at 0x[0-9a-f]+", "", message)  # object addresses differ from run to run
+    lines = [line.rstrip()[:200] for line in message.strip().splitlines()[:8]]  # no trailing spaces: YAML `|`
+    if not lines or any(code in line for line in lines for code in secrets):
+        return "(the test fails without a message)"
+    return "\n".join(lines)
+
+
+def _base_name(test: str) -> str:
+    return test.split("::")[-1].split("[")[0]
+
+
+def problem_statement(kept: Kept, test_command: str, secrets: list[str]) -> str:
+    """Which tests fail and how, in the words of their assertion messages; never the mutated code."""
+    f2p = kept.fail_to_pass
+    count = f"{len(f2p)} test fails" if len(f2p) == 1 else f"{len(f2p)} tests fail"
+    parts = [f"Running the test suite (`{test_command}`), {count}:\n"]
+    firsts = list({_base_name(t): t for t in reversed(f2p)}.values())[::-1]  # one case of each test first
+    quoted = (firsts + [t for t in f2p if t not in firsts])[:STATEMENT_TESTS]
+    for test in quoted:
+        message = "\n".join(
+            f"    {line}" if line else ""
+            for line in _quote(kept.messages.get(test, ""), secrets).splitlines()
+        )
+        parts.append(f"- `{test}`:\n\n{message}\n")
+    rest: dict[str, int] = defaultdict(int)
+    for test in f2p:
+        if test not in quoted:
+            rest[_base_name(test)] += 1
+    if rest:
+        named = ", ".join(f"`{name}`" + (f" ({k} cases)" if k > 1 else "") for name, k in rest.items())
+        parts.append(f"- and {sum(rest.values())} more: {named}\n")
+    parts.append(
+        "These tests describe the intended behaviour. Find the cause in the repository's code and fix it "
+        "there; do not change the tests. The tests that pass now must keep passing."
+    )
+    return "\n".join(parts) + "\n"
+
+
+def title(kept: Kept) -> str:
+    names = list(dict.fromkeys(_base_name(t) for t in kept.fail_to_pass))
+    if len(kept.fail_to_pass) == 1:
+        return f"`{names[0]}` fails"
+    if len(names) == 1:
+        return f"`{names[0]}` fails in {len(kept.fail_to_pass)} cases"
+    if len(names) == 2:
+        return f"`{names[0]}` and `{names[1]}` fail"
+    return f"`{names[0]}` and {len(names) - 1} other tests fail"
+
+
+def visible_test_command(tests: list[str]) -> str:
+    roots = sorted({Path(t).parts[0] for t in tests})
+    return "python3 -m pytest -q " + " ".join(roots)
+
+
+class _Dumper(yaml.SafeDumper):
+    pass
+
+
+def _block_strings(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _block_strings)
+
+
+def write_task(
+    task_dir: Path, name: str, repo: Path, mutation: Mutation, kept: Kept, command: str
+) -> SynthesizedTask:
+    text = (repo / mutation.path).read_text()
+    edit = bug_edit(mutation.path, text, mutation)
+    if text.replace(edit.old, edit.new) != mutation.apply(text):
+        raise SynthError(f"{mutation.path}: the edit of a mutation at line {mutation.lines[0]} is not exact")
+    spec = TaskFile(
+        title=title(kept),
+        repo=name,
+        bug=[edit],
+        problem_statement=problem_statement(kept, command, _code_lines(edit)),
+        test_command=command,
+        fail_to_pass=kept.fail_to_pass,
+        pass_to_pass=kept.pass_to_pass,
+    )
+    task_dir.mkdir(parents=True)
+    raw = spec.model_dump(mode="json", exclude_defaults=True)
+    raw["bug"] = [e.model_dump(exclude_defaults=True) for e in spec.bug]
+    (task_dir / "task.yaml").write_text(
+        yaml.dump(raw, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=1000)
+    )
+    made = SynthesizedTask(
+        id=task_dir.name,
+        operator=mutation.operator,
+        path=mutation.path,
+        function=mutation.function,
+        line=text_line(repo, mutation),
+        fail_to_pass=len(kept.fail_to_pass),
+        pass_to_pass=len(kept.pass_to_pass),
+    )
+    (task_dir / "synth.json").write_text(made.model_dump_json(indent=1) + "\n")
+    return made
+
+
+# ---- the whole synthesis ---------------------------------------------------------------------------
+
+
+def synthesize(
+    config: SynthConfig,
+    repo: Path,
+    name: str,
+    runner: PytestRunner,
+    check: Check | None = None,
+    on_trial: Callable[[Trial], None] | None = None,
+) -> SynthReport:
+    """Tries mutations until `config.n` tasks are written (and pass `check`), or none are left."""
+    started = time.monotonic()
+    tests = find_test_files(repo)
+    baseline = run_baseline(runner, tests, find_source_files(repo), config.baseline_timeout_s)
+    order = candidates(repo, baseline, config.seed)
+    if not order:
+        raise SynthError(f"{repo}: no mutation possible on the lines the tests cover")
+    report = SynthReport(
+        repo=str(config.repo),
+        name=name,
+        suite=str(config.out),
+        test_files=len(tests),
+        passing_tests=len(baseline.passing),
+        covered_lines=baseline.covered_lines(),
+        candidates=len(order),
+        baseline_s=time.monotonic() - started,
+    )
+    search = Search(config, repo, name, runner, baseline, order, visible_test_command(tests))
+    budget = config.max_tries or 25 * config.n
+    while len(report.tasks) < config.n and report.tried < budget:
+        t0 = time.monotonic()
+        batch = search.next_batch(config.n - len(report.tasks), budget - report.tried, report, on_trial)
+        report.trials_s += time.monotonic() - t0
+        if not batch:
+            break
+        t0 = time.monotonic()
+        problems = check([d for d, _ in batch]) if check is not None else {}
+        report.check_s += time.monotonic() - t0
+        for task_dir, made in batch:
+            if problems.get(made.id):
+                report.rejected[made.id] = problems[made.id]
+                shutil.rmtree(task_dir)
+            else:
+                report.tasks.append(made)
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+class Search:
+    """Mutations in their order, tried one by one; remembers what each function and failing set gave."""
+
+    def __init__(
+        self,
+        config: SynthConfig,
+        repo: Path,
+        name: str,
+        runner: PytestRunner,
+        baseline: Baseline,
+        order: list[Mutation],
+        command: str,
+    ) -> None:
+        self.config, self.repo, self.name, self.runner = config, repo, name, runner
+        self.baseline, self.command = baseline, command
+        self.pending = iter(order)
+        self.per_function: dict[tuple[str, str], int] = defaultdict(int)
+        self.seen: set[tuple[str, ...]] = set()
+
+    def next_batch(
+        self, wanted: int, tries: int, report: SynthReport, on_trial: Callable[[Trial], None] | None
+    ) -> list[tuple[Path, SynthesizedTask]]:
+        """Up to `wanted` new task folders, trying at most `tries` mutations (each added to `report`)."""
+        batch: list[tuple[Path, SynthesizedTask]] = []
+        for mutation in self.pending:
+            where = (mutation.path, mutation.function)
+            if self.per_function[where] >= self.config.per_function:
+                continue
+            trial, kept = self.trial(mutation)
+            report.trials.append(trial)
+            if on_trial is not None:
+                on_trial(trial)
+            if kept is not None:
+                self.per_function[where] += 1
+                task_dir = _next_task_dir(self.config.out, self.name)
+                batch.append(
+                    (task_dir, write_task(task_dir, self.name, self.repo, mutation, kept, self.command))
+                )
+            tries -= 1
+            if len(batch) >= wanted or tries <= 0:
+                break
+        return batch
+
+    def trial(self, mutation: Mutation) -> tuple[Trial, Kept | None]:
+        started = time.monotonic()
+        verdict, failing, kept = try_mutation(self.runner, self.repo, mutation, self.baseline, self.seen)
+        trial = Trial(
+            operator=mutation.operator,
+            path=mutation.path,
+            function=mutation.function,
+            line=text_line(self.repo, mutation),
+            verdict=verdict,
+            failing=failing,
+            duration_s=time.monotonic() - started,
+        )
+        return trial, kept
+
+
+def _next_task_dir(out: Path, name: str) -> Path:
+    k = 1
+    while (out / f"{name}-{k:03d}").exists():
+        k += 1
+    return out / f"{name}-{k:03d}"
+
+
+# ---- source distributions --------------------------------------------------------------------------
+
+
+def fetch_sdist(requirement: str, cache: Path | None = None) -> Path:
+    """The unpacked source distribution of `NAME==VERSION` from PyPI (downloaded once, then cached)."""
+    match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.!+_-]+)", requirement.strip())
+    if match is None:
+        raise SynthError(f"{requirement!r}: give an exact version, NAME==VERSION")
+    folder = (cache or cache_root().parent / "sdists") / f"{match[1].lower()}-{match[2]}"
+    unpacked = folder / "src"
+    if not (folder / "done").is_file():
+        shutil.rmtree(folder, ignore_errors=True)
+        folder.mkdir(parents=True)
+        command = [sys.executable, "-m", "pip", "download", "-q", "--no-binary", ":all:", "--no-deps"]
+        proc = subprocess.run([*command, "-d", str(folder), requirement], capture_output=True, text=True)
+        archives = [p for p in folder.iterdir() if p.name.endswith((".tar.gz", ".tgz", ".tar.bz2", ".zip"))]
+        if proc.returncode != 0 or len(archives) != 1:
+            raise SynthError(f"pip download {requirement} failed: {proc.stderr.strip()[-500:]}")
+        _unpack(archives[0], unpacked)
+        (folder / "done").write_text("")
+    roots = [p for p in unpacked.iterdir() if p.is_dir()]
+    return roots[0] if len(roots) == 1 else unpacked
+
+
+def _unpack(archive: Path, dest: Path) -> None:
+    if archive.name.endswith(".zip"):
+        with zipfile.ZipFile(archive) as z:
+            z.extractall(dest)
+    else:
+        with tarfile.open(archive) as tar:
+            tar.extractall(dest, filter="data")
+
+
+def load_synth_info(task_dir: Path) -> SynthesizedTask:
+    return SynthesizedTask.model_validate(json.loads((task_dir / "synth.json").read_text()))

@@ -1,0 +1,420 @@
+"""Task synthesis: each mutation operator on small code, a synthesized suite end to end, and real libraries.
+
+The real-code tests download two pinned source distributions from PyPI (cached under
+~/.cache/harness/sdists, so reruns are offline), synthesize ten tasks from each and validate every one.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from envs.factory import start_sandbox
+from envs.sandbox import SandboxConfig
+from envs.synthesis import SandboxPytest, synthesize_suite
+from harness.cli import main
+from tasks.mutations import OPERATORS, Mutation, find_mutations
+from tasks.suite import load_suite
+from tasks.synth import (
+    Kept,
+    SynthConfig,
+    SynthError,
+    bug_edit,
+    copy_repository,
+    fetch_sdist,
+    load_synth_info,
+    problem_statement,
+)
+from tests.conftest import require_backend
+
+
+def mutants_of(code: str, operator: str) -> list[Mutation]:
+    return [m for m in find_mutations("m.py", code) if m.operator == operator]
+
+
+def mutants(code: str, operator: str) -> list[str]:
+    return [m.apply(code) for m in mutants_of(code, operator)]
+
+
+def changed(code: str, mutant: str) -> list[str]:
+    """The diff's -/+ lines, without context."""
+    diff = difflib.unified_diff(code.splitlines(), mutant.splitlines(), lineterm="", n=0)
+    return [line for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+
+
+# ---- the operators ---------------------------------------------------------------------------------
+
+
+def test_flipped_comparison_moves_a_boundary_or_negates() -> None:
+    code = "def f(a, b):\n    # a < b here\n    return a < b and a is not None and b not in (1, 2)\n"
+    assert [changed(code, m)[1] for m in mutants(code, "flipped_comparison")] == [
+        "+    return a <= b and a is not None and b not in (1, 2)",
+        "+    return a < b and a is None and b not in (1, 2)",
+        "+    return a < b and a is not None and b in (1, 2)",
+    ]
+
+
+def test_off_by_one_changes_integers_in_indexes_arithmetic_and_ranges_only() -> None:
+    code = (
+        "def f(xs):\n    size = 5\n    for i in range(2):\n        xs[0] += 3\n    return xs[len(xs) - 1]\n"
+    )
+    assert sorted(changed(code, m)[1] for m in mutants(code, "off_by_one")) == [
+        "+        xs[-1] += 3",
+        "+        xs[0] += 2",
+        "+        xs[0] += 4",
+        "+        xs[1] += 3",
+        "+    for i in range(1):",
+        "+    for i in range(3):",
+        "+    return xs[len(xs) - 2]",
+        "+    return xs[len(xs)]",  # `- 1` dropped rather than `- 0`
+    ]
+
+
+def test_dropped_branch_removes_an_elif_clause_or_the_else_branch() -> None:
+    code = (
+        "def sign(x):\n    if x > 0:\n        return 1\n    elif x < 0:\n        return -1\n"
+        "    else:  # zero\n        return 0\n"
+    )
+    assert [changed(code, m) for m in mutants(code, "dropped_branch")] == [
+        ["-    elif x < 0:", "-        return -1"],
+        ["-    else:  # zero", "-        return 0"],
+    ]
+
+
+def test_wrong_default_flips_booleans_and_shifts_integers() -> None:
+    code = 'def f(x, n=2, *, strict=True, name="a"):\n    """Doc."""\n    return x\n'
+    assert [changed(code, m)[1] for m in mutants(code, "wrong_default")] == [
+        '+def f(x, n=1, *, strict=True, name="a"):',
+        '+def f(x, n=3, *, strict=True, name="a"):',
+        '+def f(x, n=2, *, strict=False, name="a"):',
+    ]
+
+
+def test_swapped_arguments_swaps_neighbours_but_not_symmetric_or_type_checks() -> None:
+    code = "def f(a, b, c):\n    isinstance(a, int)\n    max(a, b)\n    return pow(a, (b + 1), c)\n"
+    assert [changed(code, m)[1] for m in mutants(code, "swapped_arguments")] == [
+        "+    return pow((b + 1), a, c)",
+        "+    return pow(a, c, (b + 1))",
+    ]
+
+
+def test_removed_guard_deletes_an_early_exit_but_never_empties_a_block() -> None:
+    code = (
+        "def f(x, items):\n    if x is None:\n        raise ValueError('x')\n"
+        "    for item in items:\n        if item:\n            continue\n        print(item)\n"
+        "    if x:\n        return 1\n    return 2\n"
+        "def g(x):\n    if x:\n        return 1\n"
+    )
+    assert [changed(code, m) for m in mutants(code, "removed_guard")] == [
+        ["-    if x is None:", "-        raise ValueError('x')"],
+        ["-        if item:", "-            continue"],
+        ["-    if x:", "-        return 1"],
+    ]
+
+
+def test_mutations_keep_the_rest_of_the_file_byte_for_byte() -> None:
+    code = (
+        "import os  # comment\n\n\nclass Box:\n    def put(self, items, limit=3, strict=False):\n"
+        '        """Doc: a < b."""\n        if not items:\n            raise ValueError("empty")\n'
+        "        total = 0\n        for i in range(len(items) - 1):\n            if items[i] <= limit:\n"
+        "                total += items[i]\n            elif items[i] is None:\n                continue\n"
+        "            else:\n                total -= 1\n        label = f'{total + 1}'\n"
+        "        return divmod(total, 2), label\n"
+    )
+    found = find_mutations("box.py", code)
+    assert {m.operator for m in found} == set(OPERATORS)
+    for m in found:
+        mutant = m.apply(code)
+        ast.parse(mutant)
+        assert m.function == "Box.put"
+        assert (
+            code[: m.start] == mutant[: m.start]
+            and code[m.end :] == mutant[len(mutant) - len(code) + m.end :]
+        )
+        assert 1 <= len(changed(code, mutant)) <= 4, (m, changed(code, mutant))
+        assert "total + 1" in mutant  # f-strings are left alone
+
+
+def test_bug_edit_takes_context_until_the_text_is_unique() -> None:
+    code = "def f(a, b):\n    return a < b\n\n\ndef g(a, b):\n    return a < b\n"
+    mutation = mutants_of(code, "flipped_comparison")[1]
+    edit = bug_edit("m.py", code, mutation)
+    assert code.count(edit.old) == 1
+    assert code.replace(edit.old, edit.new) == mutation.apply(code)
+    assert edit.old == "def g(a, b):\n    return a < b\n"
+    feed = "def f(a):\n    \x0c\n    return a < 1\n"  # a form feed is no line break to ast
+    mutation = mutants_of(feed, "flipped_comparison")[0]
+    edit = bug_edit("m.py", feed, mutation)
+    assert edit.old == "    return a < 1\n" and feed.replace(edit.old, edit.new) == mutation.apply(feed)
+
+
+def test_problem_statement_quotes_messages_but_never_the_mutated_code() -> None:
+    kept = Kept(
+        fail_to_pass=[
+            "tests/test_a.py::test_one",
+            "tests/test_a.py::test_two[1]",
+            "tests/test_a.py::test_two[2]",
+        ],
+        pass_to_pass=["tests/test_a.py::test_three"],
+        messages={
+            "tests/test_a.py::test_one": "AssertionError: assert 2 == 3\n +  where 2 = <function f at 0x7f01>(1)",
+            "tests/test_a.py::test_two[1]": "ValueError: while evaluating `if items[i] <= limit:`",
+        },
+    )
+    text = problem_statement(kept, "python3 -m pytest -q tests", ["if items[i] <= limit:"])
+    assert "AssertionError: assert 2 == 3" in text and "0x7f01" not in text
+    assert "items[i]" not in text
+    assert "`tests/test_a.py::test_two[1]`" in text and "3 tests fail" in text
+
+
+# ---- a small repository, end to end ----------------------------------------------------------------
+
+SHOP = '''"""A small library."""
+
+
+def grade(score, passing=50):
+    if score < 0:
+        raise ValueError("a score is never negative")
+    if score >= 90:
+        return "A"
+    elif score >= passing:
+        return "pass"
+    else:
+        return "fail"
+
+
+def last(items, n=1):
+    if n <= 0:
+        raise ValueError("n must be positive")
+    return items[len(items) - n :]
+
+
+def windows(items, size=2, pad=False):
+    out = []
+    for i in range(len(items) - size + 1):
+        out.append(items[i : i + size])
+    if pad and len(items) < size:
+        out.append(items + [None] * (size - len(items)))
+    return out
+
+
+def ratio(part, whole):
+    return divide(part, whole)
+
+
+def divide(a, b):
+    if b == 0:
+        return 0.0
+    return a / b
+'''
+
+SHOP_TESTS = """import pytest
+
+from shop import divide, grade, last, ratio, windows
+
+
+@pytest.mark.parametrize("score, expected", [(95, "A"), (90, "A"), (50, "pass"), (49, "fail")])
+def test_grade(score, expected):
+    assert grade(score) == expected
+
+
+def test_grade_rejects_negative_scores():
+    with pytest.raises(ValueError):
+        grade(-1)
+
+
+def test_last():
+    assert last([1, 2, 3]) == [3]
+    assert last([1, 2, 3], 2) == [2, 3]
+
+
+def test_last_needs_a_positive_count():
+    with pytest.raises(ValueError):
+        last([1, 2], 0)
+
+
+def test_windows():
+    assert windows([1, 2, 3]) == [[1, 2], [2, 3]]
+
+
+def test_windows_pads_short_input_on_request():
+    assert windows([1], pad=True) == [[1, None]]
+    assert windows([1]) == []
+
+
+def test_ratio():
+    assert ratio(1, 4) == 0.25
+    assert divide(1, 0) == 0.0
+"""
+
+
+@pytest.fixture
+def shop_repo(tmp_path: Path) -> Path:
+    repo = tmp_path / "shop-src"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "shop.py").write_text(SHOP)
+    (repo / "tests" / "test_shop.py").write_text(SHOP_TESTS)
+    (repo / ".git").mkdir()  # left out of the suite's copy
+    return repo
+
+
+@pytest.mark.timeout(600)
+def test_synthesized_suite_validates_and_is_reproducible(
+    backend: str, shop_repo: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "suite"
+    config = SynthConfig(repo=shop_repo, out=out, name="shop", n=6, seed=0)
+    sandbox = SandboxConfig.model_validate({"backend": backend})
+    report = synthesize_suite(config, sandbox)
+    assert len(report.tasks) == 6 and not report.rejected
+    assert report.passing_tests == 10 and report.tried >= report.kept == 6
+    assert len({t.operator for t in report.tasks}) >= 4
+    assert not (out / "repos" / "shop" / ".git").exists()
+
+    tasks = load_suite(str(out))
+    assert [t.id for t in tasks] == [f"shop-{k:03d}" for k in range(1, 7)]
+    bases = set()
+    for task in tasks:
+        info = load_synth_info(out / task.id)
+        f2p, p2p = task.hidden_tests.fail_to_pass, task.hidden_tests.pass_to_pass
+        assert f2p and p2p and not set(f2p) & set(p2p)
+        assert task.test_command == "python3 -m pytest -q tests"
+        removed, added = changed_lines(task.gold_patch or "")
+        assert 1 <= len(removed) + len(added) <= 4, task.gold_patch
+        for line in removed + added:  # the gold patch's lines: never in the statement
+            assert line.strip() not in task.problem_statement or len(line.strip()) < 8
+        assert f"`{f2p[0]}`" in task.problem_statement
+        assert info.path == "shop.py" and info.fail_to_pass == len(f2p)
+        bases.add((task.repo / "shop.py").read_text())
+    assert len(bases) == 6  # no two tasks start from the same code
+
+    again = tmp_path / "again"
+    synthesize_suite(config.model_copy(update={"out": again}), sandbox, validate=False)
+    for task in tasks:
+        assert (again / task.id / "task.yaml").read_text() == (out / task.id / "task.yaml").read_text()
+
+
+def changed_lines(patch: str) -> tuple[list[str], list[str]]:
+    lines = [line for line in patch.splitlines() if line[:1] in "+-" and line[:3] not in ("+++", "---")]
+    return [line[1:] for line in lines if line[0] == "-"], [line[1:] for line in lines if line[0] == "+"]
+
+
+def test_errors_name_the_problem(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    (bare / "lib.py").write_text("def f():\n    return 1\n")
+    out = tmp_path / "suite"
+    assert main(["tasks", "synth", "--repo", str(bare), "--out", str(out)]) == 2
+    assert "no test files (test_*.py or *_test.py)" in capsys.readouterr().err
+    assert not (out / "repos" / "bare").exists()  # a failed synthesis leaves no repository behind
+
+    assert main(["tasks", "synth", "--repo", str(tmp_path / "nowhere"), "--out", str(out)]) == 2
+    assert "not a directory" in capsys.readouterr().err
+    with pytest.raises(SynthError, match="exact version"):
+        fetch_sdist("inflection")
+
+
+def test_the_suite_copy_leaves_out_git_caches_and_a_suite_inside_the_repository(shop_repo: Path) -> None:
+    (shop_repo / "__pycache__").mkdir()
+    (shop_repo / "__pycache__" / "shop.cpython-311.pyc").write_bytes(b"")
+    out = shop_repo / "suites" / "mine"
+    out.mkdir(parents=True)
+    name, copy = copy_repository(SynthConfig(repo=shop_repo, out=out))
+    assert name == "shop-src" and copy == out / "repos" / "shop-src"
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*")) == [
+        "shop.py",
+        "suites",
+        "tests",
+        "tests/test_shop.py",
+    ]
+    with pytest.raises(SynthError, match="has a repository 'shop-src' already"):
+        copy_repository(SynthConfig(repo=shop_repo, out=out))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(
+    ("tests", "expected"),
+    [
+        ("def test_alone():\n    assert 1 + 1 == 2\n", "run no line of the repository's own code"),
+        ("from lib import f\n\n\ndef test_f():\n    assert f() == 2\n", "no test passes"),
+    ],
+    ids=["nothing_covered", "nothing_passes"],
+)
+def test_repositories_that_cannot_make_tasks_are_refused(
+    tests: str, expected: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_backend("bwrap")
+    repo = tmp_path / "lib"
+    repo.mkdir()
+    (repo / "lib.py").write_text("def f():\n    return 1\n")
+    (repo / "test_lib.py").write_text(tests)
+    code = main(
+        ["tasks", "synth", "--repo", str(repo), "--out", str(tmp_path / "suite"), "--backend", "bwrap"]
+    )
+    assert code == 2
+    assert expected in capsys.readouterr().err
+
+
+@pytest.mark.timeout(300)
+def test_a_mutation_that_eats_the_sandbox_does_not_stop_synthesis(backend: str, tmp_path: Path) -> None:
+    repo = tmp_path / "bomb"
+    repo.mkdir()
+    (repo / "test_bomb.py").write_text(
+        "def test_bomb():\n    hog = []\n    while True:\n        hog.append(bytearray(1 << 24))\n\n\n"
+        "def test_fine():\n    assert True\n"
+    )
+    config = SandboxConfig.model_validate({"backend": backend, "memory_mb": 256})
+    runner = SandboxPytest(lambda: start_sandbox(config, repo))
+    try:
+        bombed = runner.run_tests(["test_bomb.py::test_bomb"], [], timeout=60)
+        assert bombed.outcomes.get("test_bomb.py::test_bomb") != "passed"
+        assert not bombed.crashed or runner.replacements == 1
+        fine = runner.run_tests(["test_bomb.py::test_fine"], [], timeout=60)
+        assert fine.outcomes == {"test_bomb.py::test_fine": "passed"}
+    finally:
+        runner.close()
+
+
+# ---- real third-party code -------------------------------------------------------------------------
+
+LIBRARIES = [("inflection==0.5.1", "docker"), ("parse==1.20.2", "bwrap")]
+"""Small pure-Python libraries whose sdists ship pytest suites needing nothing but pytest; each is
+synthesized on one backend, so both are proven on real code."""
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize(("requirement", "backend_name"), LIBRARIES)
+def test_ten_valid_tasks_from_a_real_library(
+    requirement: str, backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    require_backend(backend_name)
+    name = requirement.split("==")[0]
+    source = fetch_sdist(requirement)
+    assert any(source.rglob("test_*.py")), f"the {requirement} sdist ships no tests"
+    out = tmp_path / "suite"
+    args = ["tasks", "synth", "--repo", str(source), "--out", str(out), "--name", name]
+    assert main([*args, "--n", "10", "--backend", backend_name, "--no-validate", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert len(report["tasks"]) == 10, report["trials"]
+
+    assert (
+        main(
+            ["tasks", "validate", "--suite", str(out), "--backend", backend_name, "--repeats", "1", "--json"]
+        )
+        == 0
+    )
+    results = json.loads(capsys.readouterr().out)
+    assert len(results) == 10
+    for result in results:
+        assert result["ok"], result
+        assert result["gold_rewards"] == [1.0] and result["empty_rewards"] == [0.0], result
+    for task_dir in sorted(out.glob(f"{name}-*")):
+        spec = yaml.safe_load((task_dir / "task.yaml").read_text())
+        assert spec["repo"] == name and len(spec["bug"]) == 1
+    shutil.rmtree(out)
