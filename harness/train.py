@@ -6,20 +6,28 @@ group advantages, take one optimizer step, and hand the new weights to the sampl
 metrics.jsonl and TensorBoard, trajectories to trajectories.jsonl, checkpoints to checkpoints/step-N.
 `resume=True` continues from the last checkpoint; finished rollouts of the interrupted step are reused
 from the run file, so a resumed run on a CPU gives the results of an uninterrupted one.
+
+`mode: async` rolls out step n+1 in a background thread while the learner trains on step n
+(`harness/async_rollouts.py`): the sampler is a separate copy of the model (or the server), takes the
+newest weights between batches, and groups more than `max_staleness` versions old are dropped.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
+from harness.async_rollouts import AsyncRollouts, Handoff, fresh_groups
 from harness.checkpoint import (
     MetricsWriter,
     latest_checkpoint,
@@ -35,8 +43,9 @@ from harness.trajectory import Trajectory
 from policies.base import SamplingParams, TokenPolicy
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
-from policies.tito import TitoPolicy
+from policies.tito import ReloadEndpoint, TitoPolicy
 from summarizer import SummaryConfig
+from tasks.model import Task
 from tasks.suite import load_suite
 
 LEARNER_FILE = "learner.jsonl"
@@ -53,7 +62,15 @@ class TrainConfig(BaseModel):
     sampler: str | None = None
     """`tito:MODEL@URL`: a completions server (`harness serve`, vLLM) samples the rollouts, and after every
     step loads the new weights from RUN/weights/step-N through its load endpoint. Default: the learner's
-    own model samples in-process."""
+    own model samples in-process. Several servers: `tito:MODEL@URL1,URL2` (load-balanced)."""
+    sampler_reload: ReloadEndpoint = "harness"
+    """How the sampler servers load new weights: `harness` (`harness serve`'s POST /v1/load_weights) or
+    `sglang` (POST /update_weights_from_disk). See docs/scale.md for vLLM."""
+    mode: Literal["sync", "async"] = "sync"
+    """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
+    max_staleness: int = Field(default=1, ge=0)
+    """Async mode: a group is trained only if its oldest token is at most this many policy versions behind
+    the learner; older groups are dropped (counted in `groups_dropped_stale`)."""
     suite: str = "builtin"
     tasks: list[str] | None = None
     """Task ids to train on (default: the whole suite)."""
@@ -116,8 +133,9 @@ def train(
     store.create(config)
     checkpoints = config.out / "checkpoints"
     found = latest_checkpoint(checkpoints) if resume else None
-    policy = HFPolicy(found / "model" if found else config.model, seed=config.seed)
-    server = _server(config.sampler, config.model) if config.sampler else None
+    weights_at = found / "model" if found else config.model
+    policy = HFPolicy(weights_at, seed=config.seed)
+    server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
     sampler: TokenPolicy = server or policy
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
     reference = None
@@ -147,34 +165,63 @@ def train(
     rollout_config = config.rollout_config()
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.trajectories()}
+    steps = range(start, config.steps)
+    plan = _plan(order, tasks, config.tasks_per_step, steps)
+    stop = threading.Event()
+
+    def roll(step: int) -> list[Trajectory]:
+        chosen, _ = plan[step - start]
+        jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
+        done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
+        todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
+        new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory, stop)
+        return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
+
+    rollouts = None
+    if config.mode == "async":
+        handoff: Handoff[Any]
+        if server is None:  # the in-process sampler is a copy: the learner's weights change under it
+            own = HFPolicy(weights_at, seed=config.seed)
+            own.set_version(start)
+            sampler = own
+            handoff = _copy_handoff(policy, own)
+        else:
+            handoff = _server_handoff(policy, server, config.out / "weights")
+        rollouts = AsyncRollouts(steps, roll, handoff, stop)
     history: list[dict[str, float]] = []
     try:
-        for step in range(start, config.steps):
+        for step in steps:
             started = time.monotonic()
-            chosen = order.sample(tasks, min(config.tasks_per_step, len(tasks)))
-            jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
-            done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
-            todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-            new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory)
-            batch = sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
-            rolled = time.monotonic()
-            rows, advantage_stats = rows_from_trajectories(batch, config.learner)
+            staleness: dict[str, float] = {}
+            if rollouts is None:
+                rolled_batch = batch = roll(step)
+                rolled = time.monotonic()
+                timings = {"time_rollout_s": rolled - started}
+            else:
+                rolled_batch, rollout_s = rollouts.next_batch()
+                rolled = time.monotonic()
+                batch, staleness = fresh_groups(rolled_batch, step, config.max_staleness)
+                timings = {"time_rollout_s": rollout_s, "time_wait_s": rolled - started}
+            rows, advantage_stats = rows_from_trajectories(batch, config.learner) if batch else ([], {})
             learned = learner.grpo_step(rows) if rows else {}
             _record_token_stats(store, step, rows, learner.learner_logprobs)
             policy.set_version(step + 1)
-            if server is not None:
+            if rollouts is not None:
+                rollouts.learned(step + 1)
+            elif server is not None:
                 weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
                 server.load_weights(weights.resolve(), step + 1)
             metrics = {
-                **step_metrics(batch),
+                **step_metrics(rolled_batch),
                 **advantage_stats,
                 **learned,
+                **staleness,
                 "policy_version": float(step + 1),
-                "time_rollout_s": rolled - started,
+                **timings,
                 "time_learn_s": time.monotonic() - rolled,
             }
             if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
-                state = {"order": order.getstate()}
+                state = {"order": plan[step - start][1]}
                 save_checkpoint(
                     checkpoints, step + 1, policy.model, policy.tokenizer, learner.optimizer, state
                 )
@@ -183,6 +230,8 @@ def train(
             if on_step is not None:
                 on_step(step, metrics)
     finally:
+        if rollouts is not None:
+            rollouts.close()
         pool.close_all()
         writer.close()
         if server is not None:
@@ -190,9 +239,37 @@ def train(
     return history
 
 
-def _server(spec: str, tokenizer: Path) -> TitoPolicy:
+def _server(spec: str, tokenizer: Path, reload: ReloadEndpoint) -> TitoPolicy:
     _, (model, url) = parse_spec(spec)
-    return TitoPolicy(model, url, tokenizer_path=str(tokenizer))
+    return TitoPolicy(model, url, tokenizer_path=str(tokenizer), reload=reload)
+
+
+def _plan(
+    order: random.Random, tasks: list[Task], per_step: int, steps: range
+) -> list[tuple[list[Task], object]]:
+    """The tasks of each step, and the state of `order` after drawing them (saved with the checkpoint)."""
+    plan: list[tuple[list[Task], object]] = []
+    for _ in steps:
+        plan.append((order.sample(tasks, min(per_step, len(tasks))), order.getstate()))
+    return plan
+
+
+def _copy_handoff(policy: HFPolicy, own: HFPolicy) -> Handoff[dict[str, torch.Tensor]]:
+    """Async, in-process: a CPU copy of the learner's weights, loaded into the sampler's own model."""
+
+    def copy(version: int) -> dict[str, torch.Tensor]:
+        return {name: t.detach().to("cpu", copy=True) for name, t in policy.model.state_dict().items()}
+
+    return Handoff(copy, own.load_state_dict)
+
+
+def _server_handoff(policy: HFPolicy, server: TitoPolicy, root: Path) -> Handoff[Path]:
+    """Async, on servers: the learner's weights saved to ROOT/step-N, which every server then loads."""
+
+    def save(version: int) -> Path:
+        return save_weights(root, version, policy.model, policy.tokenizer).resolve()
+
+    return Handoff(save, server.load_weights)
 
 
 def _record_token_stats(

@@ -11,7 +11,10 @@ temperature), as `Generation` defines them; by default vLLM returns the raw mode
 from __future__ import annotations
 
 import json
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, cast
 
@@ -67,12 +70,35 @@ class _ModelList(BaseModel):
     data: list[_ModelCard]
 
 
+ReloadEndpoint = Literal["harness", "sglang"]
+"""How a server loads new weights from a folder: `harness serve`'s `POST /v1/load_weights`, or SGLang's
+`POST /update_weights_from_disk`. vLLM has no stable endpoint for it (docs/scale.md)."""
+
+
+@dataclass
+class _Server:
+    """One completions server and what this client knows of it."""
+
+    url: str
+    in_flight: int = 0
+    down_until: float = 0.0
+    """`time.monotonic()` until which it is kept out after a failure; then it is tried again."""
+    version: int | None = None
+    """The weights version this client loaded on it; None when unknown (never loaded, or it went down)."""
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    """Held while weights load on it."""
+
+
 class TitoPolicy:
-    """Matches `policies.base.TokenPolicy`; samples on the server at `base_url` (e.g. http://host:8000/v1).
+    """Matches `policies.base.TokenPolicy`; samples on the server at `base_url` (e.g. http://host:8000/v1),
+    or on several: `base_url` is then a comma-separated list.
 
     `model` is the server's model name; the tokenizer (for chat templates and stop ids) loads locally from
-    `tokenizer_path`, by default `model` read as a local folder. Connection errors, timeouts and 5xx answers
-    are retried `max_retries` times with backoff; a 4xx answer raises at once.
+    `tokenizer_path`, by default `model` read as a local folder. Each request goes to the live server with
+    the fewest requests in flight (round-robin among equals). Connection errors, timeouts and 5xx answers
+    mark the server down for `probe_after_s` and the request is retried on another one (with backoff when
+    none is left), `max_retries` times in all; a 4xx answer raises at once. `load_weights` reaches every
+    live server; a server that was down loads the current weights before it serves again.
     """
 
     kind: Literal["token"] = "token"
@@ -84,11 +110,19 @@ class TitoPolicy:
         tokenizer_path: str | None = None,
         timeout_s: float = 600.0,
         max_retries: int = 3,
+        reload: ReloadEndpoint = "harness",
+        probe_after_s: float = 5.0,
     ) -> None:
         self.spec = f"tito:{model}@{base_url}"
         self.model = model
         self.base_url = base_url.rstrip("/")
+        urls = [u.strip().rstrip("/") for u in base_url.split(",")]
+        if not all(urls):
+            raise ValueError(f"{base_url!r}: expected one URL or several separated by commas")
+        self.servers = [_Server(u) for u in urls]
         self.max_retries = max_retries
+        self.reload = reload
+        self.probe_after_s = probe_after_s
         path = tokenizer_path or model
         tokenizer = AutoTokenizer.from_pretrained(path)
         # HF types decode as returning `str | list[str]`; for a list of ids it is a str, as `Tokenizer` says.
@@ -96,14 +130,19 @@ class TitoPolicy:
         self._stop_ids = _stop_ids(tokenizer, Path(path))
         self._client = httpx.Client(timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 10.0)))
         self._last_version = 0
+        self._lock = threading.Lock()
+        self._turn = 0
+        self._weights: tuple[Path, int] | None = None
+        """The last weights given to `load_weights`: what every server must have before it serves."""
 
     @property
     def version(self) -> int:
         """The server's policy version (`harness serve` lists it with the model); else the last one seen."""
+        answer, server = self._request("GET", "/models")
         try:
-            models = _ModelList.model_validate(self._request("GET", "/models"))
+            models = _ModelList.model_validate(answer)
         except ValidationError as e:
-            raise SamplerError(f"{self.base_url}/models answered an unexpected body: {e}") from e
+            raise SamplerError(f"{server.url}/models answered an unexpected body: {e}") from e
         for card in models.data:
             if card.id == self.model and card.policy_version is not None:
                 self._last_version = card.policy_version
@@ -127,42 +166,136 @@ class TitoPolicy:
         }
         if params.seed is not None:
             body["seed"] = params.seed
-        answer = self._request("POST", "/completions", body)
-        gen = read_completion(answer, prompt_ids, self._last_version)
+        answer, server = self._request("POST", "/completions", body)
+        # A server that names no version (vLLM) sampled with the weights this client last loaded on it.
+        gen = read_completion(
+            answer, prompt_ids, self._last_version if server.version is None else server.version
+        )
         self._last_version = gen.policy_version
         return gen
 
     def load_weights(self, checkpoint: Path, version: int) -> None:
-        """Asks the server to load new weights from a checkpoint folder it can read (`harness serve`)."""
-        answer = self._request("POST", "/load_weights", {"path": str(checkpoint), "version": version})
-        if not answer.get("ok"):
-            raise SamplerError(f"{self.base_url}/load_weights refused {checkpoint}: {answer}")
+        """Has every live server load the weights saved in `checkpoint` (a folder they can read) as
+        `version`; a server that fails is marked down and loads them when it comes back. Raises
+        `SamplerError` when no server took them."""
+        self._weights = (checkpoint, version)
+        now = time.monotonic()
+        live = [s for s in self.servers if s.down_until <= now] or self.servers
+        with ThreadPoolExecutor(max_workers=len(live)) as pool:
+            errors = [e for e in pool.map(self._try_sync, live) if e is not None]
+        if len(errors) == len(live):
+            raise SamplerError(f"no server loaded {checkpoint}: {'; '.join(str(e) for e in errors)}")
         self._last_version = version
 
     def close(self) -> None:
         self._client.close()
 
-    def _request(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
-        url = self.base_url + path
+    def _try_sync(self, server: _Server) -> SamplerError | None:
+        """`_sync_weights` with retries; on failure the server is marked down and the error returned."""
         for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
             try:
-                response = self._client.request(method, url, json=body)
-            except httpx.TransportError as e:
-                if last:
-                    raise SamplerError(f"{method} {url}: {type(e).__name__}: {e}") from e
-            else:
-                if response.status_code < 400:
-                    data = response.json()
-                    if not isinstance(data, dict):
-                        raise SamplerError(f"{method} {url}: expected a JSON object, got {data!r:.200}")
-                    return data
-                if response.status_code < 500 or last:
-                    raise SamplerError(
-                        f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}"
-                    )
+                self._sync_weights(server)
+                return None
+            except _Retryable as e:
+                if attempt == self.max_retries:
+                    self._mark_down(server)
+                    return e
+            except SamplerError as e:
+                self._mark_down(server)
+                return e
             time.sleep(min(0.5 * 2**attempt, 8.0))
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _sync_weights(self, server: _Server) -> None:
+        """Loads the current weights on `server` unless it has them."""
+        if self._weights is None or server.version == self._weights[1]:
+            return
+        with server.lock:
+            weights = self._weights
+            if weights is None or server.version == weights[1]:
+                return
+            checkpoint, version = weights
+            path, body, ok = _reload_request(self.reload, checkpoint, version)
+            answer = self._send(server, "POST", path, body, root=self.reload != "harness")
+            if not answer.get(ok):
+                raise SamplerError(f"{server.url}: {path} refused {checkpoint}: {answer}")
+            server.version = version
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], _Server]:
+        """Sends to a live server, retrying failures on others; returns the answer and who gave it."""
+        tried: set[str] = set()
+        for attempt in range(self.max_retries + 1):
+            server = self._pick(tried)
+            try:
+                self._sync_weights(server)  # a server back from a failure may have lost them
+                return self._send(server, method, path, body), server
+            except _Retryable as e:
+                self._mark_down(server)
+                tried.add(server.url)
+                if attempt == self.max_retries:
+                    raise SamplerError(str(e)) from e
+            finally:
+                with self._lock:
+                    server.in_flight -= 1
+            if tried >= {s.url for s in self.servers}:  # every one failed once: wait, then try again
+                tried.clear()
+                time.sleep(min(0.5 * 2**attempt, 8.0))
         raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _pick(self, tried: set[str]) -> _Server:
+        """The live server with the fewest requests in flight, round-robin among equals; when all are down,
+        the one that failed longest ago (its probe)."""
+        with self._lock:
+            now = time.monotonic()
+            fresh = [s for s in self.servers if s.url not in tried] or self.servers
+            live = [s for s in fresh if s.down_until <= now]
+            n = len(self.servers)
+            self._turn += 1
+            if live:
+                order = {s.url: i for i, s in enumerate(self.servers)}
+                server = min(live, key=lambda s: (s.in_flight, (order[s.url] - self._turn) % n))
+            else:
+                server = min(fresh, key=lambda s: s.down_until)
+            server.in_flight += 1
+            return server
+
+    def _mark_down(self, server: _Server) -> None:
+        with self._lock:
+            server.down_until = time.monotonic() + self.probe_after_s
+            server.version = None  # it may come back restarted, with other weights
+
+    def _send(
+        self, server: _Server, method: str, path: str, body: dict[str, Any] | None, root: bool = False
+    ) -> dict[str, Any]:
+        """One request; `root`: the path is under the server's root, not its /v1."""
+        url = (server.url.removesuffix("/v1") if root else server.url) + path
+        try:
+            response = self._client.request(method, url, json=body)
+        except httpx.TransportError as e:
+            raise _Retryable(f"{method} {url}: {type(e).__name__}: {e}") from e
+        if response.status_code >= 500:
+            raise _Retryable(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
+        if response.status_code >= 400:
+            raise SamplerError(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
+        data = response.json()
+        if not isinstance(data, dict):
+            raise SamplerError(f"{method} {url}: expected a JSON object, got {data!r:.200}")
+        return data
+
+
+class _Retryable(SamplerError):
+    """The server did not answer, or answered 5xx: another server, or a later try, may do better."""
+
+
+def _reload_request(
+    reload: ReloadEndpoint, checkpoint: Path, version: int
+) -> tuple[str, dict[str, Any], str]:
+    """(path, body, the answer's success field) of the weight reload request of each server kind."""
+    if reload == "sglang":
+        return "/update_weights_from_disk", {"model_path": str(checkpoint)}, "success"
+    return "/load_weights", {"path": str(checkpoint), "version": version}, "ok"
 
 
 def read_completion(answer: dict[str, Any], prompt_ids: list[int], version: int = 0) -> Generation:

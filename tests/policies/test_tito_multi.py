@@ -1,0 +1,134 @@
+"""TitoPolicy over two `harness serve` instances on loopback, standing in for two vLLM servers: requests
+are spread over both, a stopped one is survived, and a weight reload reaches both (and one that returns)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.serve import create_app, running
+from policies.base import SamplingParams
+from policies.hf import HFPolicy
+from policies.spec import parse_spec
+from policies.tito import SamplerError, TitoPolicy
+
+PROMPT = [5, 6, 7, 8]
+GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
+PROBE_S = 0.3
+
+
+class Server:
+    """One `harness serve` on loopback that a test can stop and start again on the same port."""
+
+    def __init__(self, model: Path) -> None:
+        self.model = model
+        self.policy = HFPolicy(model)
+        self.port = 0
+        self._running: AbstractContextManager[str] | None = None
+
+    def start(self) -> str:
+        self._running = running(create_app(self.policy, model_name="tiny"), port=self.port)
+        url = self._running.__enter__()
+        self.port = int(url.rsplit(":", 1)[1].split("/")[0])
+        return url
+
+    def stop(self) -> None:
+        if self._running is not None:
+            self._running.__exit__(None, None, None)
+            self._running = None
+
+    def restart_fresh(self) -> None:
+        """Starts again on the same port with the model's starting weights, like a restarted process."""
+        self.policy = HFPolicy(self.model)
+        self.start()
+
+
+@pytest.fixture
+def servers(tiny_model_path: Path) -> Iterator[tuple[Server, Server]]:
+    pair = (Server(tiny_model_path), Server(tiny_model_path))
+    for server in pair:
+        server.start()
+    yield pair
+    for server in pair:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def other_weights(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with every weight moved: its greedy outputs differ from the original's."""
+    policy = HFPolicy(tiny_model_path)
+    generator = torch.Generator().manual_seed(1)
+    moved = {
+        k: v + 0.05 * torch.randn(v.shape, generator=generator) for k, v in policy.model.state_dict().items()
+    }
+    policy.load_state_dict(moved, version=0)
+    out = tmp_path_factory.mktemp("other")
+    policy.model.save_pretrained(out)
+    policy.tokenizer.save_pretrained(out)  # type: ignore[attr-defined]
+    return out
+
+
+def urls(servers: tuple[Server, Server]) -> str:
+    return ",".join(f"http://127.0.0.1:{s.port}/v1" for s in servers)
+
+
+def client(model: Path, servers: tuple[Server, Server], max_retries: int = 3) -> TitoPolicy:
+    return TitoPolicy(
+        "tiny", urls(servers), tokenizer_path=str(model), max_retries=max_retries, probe_after_s=PROBE_S
+    )
+
+
+def test_requests_are_spread_over_both_servers(tiny_model_path: Path, servers: tuple[Server, Server]) -> None:
+    servers[0].policy.set_version(1)  # the same weights, told apart by the version they report
+    servers[1].policy.set_version(2)
+    assert parse_spec(f"tito:tiny@{urls(servers)}") == ("tito", ["tiny", urls(servers)])
+    tito = client(tiny_model_path, servers)
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(6)]
+    assert [a.policy_version for a in answers] == [2, 1, 2, 1, 2, 1]  # round-robin when none is busy
+    assert len({tuple(a.ids) for a in answers}) == 1  # and both sample the same thing
+
+
+def test_a_stopped_server_is_survived(tiny_model_path: Path, servers: tuple[Server, Server]) -> None:
+    tito = client(tiny_model_path, servers, max_retries=2)
+    expected = HFPolicy(tiny_model_path).generate(PROMPT, GREEDY).ids
+    servers[1].stop()
+    started = time.monotonic()
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(6)]
+    assert all(a.ids == expected for a in answers)
+    assert time.monotonic() - started < 5  # the dead one is skipped, not waited on
+    servers[0].stop()
+    with pytest.raises(SamplerError, match="ConnectError"):
+        tito.generate(PROMPT, GREEDY)
+
+
+def test_a_weight_reload_reaches_both_servers_and_one_that_comes_back(
+    tiny_model_path: Path, other_weights: Path, servers: tuple[Server, Server]
+) -> None:
+    tito = client(tiny_model_path, servers, max_retries=1)
+    before = tito.generate(PROMPT, GREEDY).ids
+    after = HFPolicy(other_weights).generate(PROMPT, GREEDY).ids
+    assert before != after
+    tito.load_weights(other_weights, 5)
+    assert [s.policy.version for s in servers] == [5, 5]
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == after and a.policy_version == 5 for a in answers)
+
+    servers[1].stop()  # down while the next weights are pushed: they reach the other one only
+    tito.load_weights(tiny_model_path, 6)
+    assert servers[0].policy.version == 6
+    servers[1].restart_fresh()  # back with its starting weights (version 0)
+    time.sleep(PROBE_S)
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert servers[1].policy.version == 6  # it loaded the current weights before serving again
+    assert all(a.ids == before and a.policy_version == 6 for a in answers)
+
+
+def test_a_reload_no_server_takes_is_an_error(tiny_model_path: Path, servers: tuple[Server, Server]) -> None:
+    tito = client(tiny_model_path, servers, max_retries=0)
+    with pytest.raises(SamplerError, match=r"no server loaded.*not a checkpoint folder"):
+        tito.load_weights(tiny_model_path / "missing", 1)
