@@ -3,7 +3,8 @@
 Episodes run in worker threads driven by asyncio (sandbox and model calls block); sandboxes are pooled
 per task and reset between episodes. Every finished trajectory is one fsynced line of the run file; a
 restarted run skips what is done. Ctrl-C stops cleanly: in-flight episodes are abandoned (they run
-again on restart), everything finished is already saved.
+again on restart), everything finished is already saved. With `cluster.address` the episodes run on Ray
+actors instead (`harness/cluster.py`), with the same contract.
 """
 
 from __future__ import annotations
@@ -34,6 +35,20 @@ from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
 
 
+class ClusterConfig(BaseModel):
+    """Rollout workers as Ray actors (`harness/cluster.py`); without `address` everything runs in this
+    process and Ray is not imported."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    address: str | None = None
+    """A Ray address: `auto` (a running cluster), `local` (start one here), `ray://HOST:PORT`. None: no Ray."""
+    workers: int = Field(default=2, ge=1)
+    """Rollout worker actors, each with its own sandbox pool and copy of the policy."""
+    worker_concurrency: int = Field(default=1, ge=1)
+    """Episodes at once on each worker."""
+
+
 class RolloutConfig(BaseModel):
     """A rollout run; saved as the run's config.yaml."""
 
@@ -56,6 +71,7 @@ class RolloutConfig(BaseModel):
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
 
 
 class RolloutSummary(BaseModel):
@@ -265,8 +281,6 @@ def rollout(
     store.create(config)
     done = store.done()
     jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
-    policy = policy or make_policy(config.policy)
-    pool = SandboxPool(config.sandbox)
     count = 0
     if on_progress is not None:
         on_progress(0, len(jobs), None)
@@ -278,10 +292,20 @@ def rollout(
         if on_progress is not None:
             on_progress(count, len(jobs), trajectory)
 
-    try:
-        run_batch(jobs, policy, config, pool, save)
-    finally:
-        pool.close_all()
+    if config.cluster.address is not None:
+        from harness.cluster import ClusterRollouts
+
+        if policy is not None:
+            raise ValueError("cluster.address is set: the workers build the policy from `policy`, pass none")
+        with ClusterRollouts(config) as cluster:
+            cluster.run_batch(jobs, save)
+    else:
+        policy = policy or make_policy(config.policy)
+        pool = SandboxPool(config.sandbox)
+        try:
+            run_batch(jobs, policy, config, pool, save)
+        finally:
+            pool.close_all()
     return summarize(list(store.trajectories()), len(tasks))
 
 

@@ -10,6 +10,9 @@ from the run file, so a resumed run on a CPU gives the results of an uninterrupt
 `mode: async` rolls out step n+1 in a background thread while the learner trains on step n
 (`harness/async_rollouts.py`): the sampler is a separate copy of the model (or the server), takes the
 newest weights between batches, and groups more than `max_staleness` versions old are dropped.
+
+`cluster.address` runs the rollouts on Ray actors (`harness/cluster.py`), which get the new weights
+through Ray's object store after every step; without it nothing imports Ray.
 """
 
 from __future__ import annotations
@@ -20,10 +23,10 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
@@ -37,7 +40,7 @@ from harness.checkpoint import (
 )
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
-from harness.rollout import RolloutConfig, SandboxPool, run_batch, select
+from harness.rollout import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
 from harness.store import RunStore, append_line, read_lines, write_atomic
 from harness.trajectory import Trajectory
 from policies.base import SamplingParams, TokenPolicy
@@ -47,6 +50,9 @@ from policies.tito import ReloadEndpoint, TitoPolicy
 from summarizer import SummaryConfig
 from tasks.model import Task
 from tasks.suite import load_suite
+
+if TYPE_CHECKING:
+    from harness.cluster import ClusterRollouts
 
 LEARNER_FILE = "learner.jsonl"
 """Per trained segment: step, trajectory id, segment index, advantage, the learner's token log-probs."""
@@ -88,6 +94,14 @@ class TrainConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model."""
+
+    @model_validator(mode="after")
+    def _one_sampler(self) -> TrainConfig:
+        if self.cluster.address is not None and self.sampler is not None:
+            raise ValueError("cluster.address and sampler: the cluster's workers sample in-process; set one")
+        return self
 
     @field_validator("sampler")
     @classmethod
@@ -103,6 +117,7 @@ class TrainConfig(BaseModel):
             suite=self.suite, tasks=self.tasks, policy=self.sampler or f"hf:{self.model}", group_size=self.group_size,
             concurrency=self.concurrency, seed=self.seed, out=self.out, loop=self.loop,
             sampling=self.sampling, summary=self.summary, sandbox=self.sandbox, reward=self.reward,
+            cluster=self.cluster,
         )  # fmt: skip
 
 
@@ -163,6 +178,7 @@ def train(
     writer = MetricsWriter(config.out)
     pool = SandboxPool(config.sandbox)
     rollout_config = config.rollout_config()
+    cluster = _cluster(rollout_config, policy, start)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.trajectories()}
     steps = range(start, config.steps)
@@ -174,13 +190,18 @@ def train(
         jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
         done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
         todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-        new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory, stop)
+        if cluster is not None:
+            new = cluster.run_batch(todo, store.append_trajectory, stop)
+        else:
+            new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory, stop)
         return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
 
     rollouts = None
     if config.mode == "async":
         handoff: Handoff[Any]
-        if server is None:  # the in-process sampler is a copy: the learner's weights change under it
+        if cluster is not None:
+            handoff = Handoff(lambda _: _cpu_weights(policy), cluster.load_state_dict)
+        elif server is None:  # the in-process sampler is a copy: the learner's weights change under it
             own = HFPolicy(weights_at, seed=config.seed)
             own.set_version(start)
             sampler = own
@@ -211,6 +232,8 @@ def train(
             elif server is not None:
                 weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
                 server.load_weights(weights.resolve(), step + 1)
+            elif cluster is not None:
+                cluster.load_state_dict(_cpu_weights(policy), step + 1)
             metrics = {
                 **step_metrics(rolled_batch),
                 **advantage_stats,
@@ -236,6 +259,8 @@ def train(
         writer.close()
         if server is not None:
             server.close()
+        if cluster is not None:
+            cluster.close()
     return history
 
 
@@ -254,13 +279,24 @@ def _plan(
     return plan
 
 
+def _cluster(config: RolloutConfig, policy: HFPolicy, version: int) -> ClusterRollouts | None:
+    """With `cluster.address`: the rollout workers, sampling with the learner's weights of `version`."""
+    if config.cluster.address is None:
+        return None
+    from harness.cluster import ClusterRollouts
+
+    cluster = ClusterRollouts(config)
+    cluster.load_state_dict(_cpu_weights(policy), version)
+    return cluster
+
+
+def _cpu_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
+    return {name: t.detach().to("cpu", copy=True) for name, t in policy.model.state_dict().items()}
+
+
 def _copy_handoff(policy: HFPolicy, own: HFPolicy) -> Handoff[dict[str, torch.Tensor]]:
     """Async, in-process: a CPU copy of the learner's weights, loaded into the sampler's own model."""
-
-    def copy(version: int) -> dict[str, torch.Tensor]:
-        return {name: t.detach().to("cpu", copy=True) for name, t in policy.model.state_dict().items()}
-
-    return Handoff(copy, own.load_state_dict)
+    return Handoff(lambda _: _cpu_weights(policy), own.load_state_dict)
 
 
 def _server_handoff(policy: HFPolicy, server: TitoPolicy, root: Path) -> Handoff[Path]:
