@@ -610,6 +610,9 @@ def bind(port: int) -> socket.socket:
     except OSError as e:
         sock.close()
         raise ViewerError(f"cannot listen on {HOST}:{port}: {e.strerror}") from e
+    # Listening before the URL is announced: a client that connects at once waits in the backlog until
+    # the server accepts, instead of being refused while uvicorn is still starting.
+    sock.listen(128)
     return sock
 
 
