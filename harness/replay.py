@@ -27,7 +27,8 @@ from rich.text import Text
 
 from envs.grading import Grade
 from harness.parsing import TOOL_CALL
-from harness.runs import RunError, RunSetup, SegmentAdvantage, advantages, load_setup, load_tasks
+from harness.runs import RunError, RunSetup, advantages, load_setup, load_tasks
+from harness.store import SegmentAdvantage
 from harness.trajectory import ParsedCall, Summary, Trajectory, Turn
 
 SortKey = Literal["order", "id", "task", "reward", "turns", "summaries", "tokens", "duration"]

@@ -17,12 +17,10 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.loop import LoopConfig
-from harness.store import RunStore, read_lines
+from harness.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
 from harness.trajectory import Status, Trajectory
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
-
-LEARNER_FILE = "learner.jsonl"
 
 
 class RunError(ValueError):
@@ -61,18 +59,6 @@ class Selection(BaseModel):
             and (self.min_reward is None or t.reward >= self.min_reward)
             and (self.max_reward is None or t.reward <= self.max_reward)
         )
-
-
-class SegmentAdvantage(BaseModel):
-    """One line of a training run's learner.jsonl."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    step: int
-    trajectory_id: str
-    segment: int
-    advantage: float
-    learner_logprobs: list[float]
 
 
 def open_run(path: Path) -> RunStore:

@@ -3,6 +3,7 @@
     runs/NAME/config.yaml          the full resolved config
     runs/NAME/trajectories.jsonl   one trajectory a line, schema_version first
     runs/NAME/metrics.jsonl        one line per training step or rollout batch
+    runs/NAME/learner.jsonl        training runs: one `SegmentAdvantage` line per trained segment
 
 A line is written whole with one `write` and fsynced before the next is started. A reader skips a torn
 last line (a crash mid-write); a writer cuts that torn tail off before it appends, so a restarted run
@@ -18,9 +19,24 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from harness.trajectory import Trajectory
+
+LEARNER_FILE = "learner.jsonl"
+
+
+class SegmentAdvantage(BaseModel):
+    """One line of a training run's learner.jsonl: a trained segment's advantage and the learner's log-prob
+    of each model-produced token, in order (the sampler's are in the trajectory)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    trajectory_id: str
+    segment: int
+    advantage: float
+    learner_logprobs: list[float]
 
 
 class RunStore:
@@ -28,6 +44,7 @@ class RunStore:
         self.root = root
         self.trajectories_path = root / "trajectories.jsonl"
         self.metrics_path = root / "metrics.jsonl"
+        self.learner_path = root / LEARNER_FILE
 
     def create(self, config: BaseModel | dict[str, Any]) -> None:
         """Makes the folder and writes the resolved config (atomically)."""

@@ -41,7 +41,7 @@ from harness.checkpoint import (
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
 from harness.rollout import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
-from harness.store import RunStore, append_line, read_lines, write_atomic
+from harness.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
 from harness.trajectory import Trajectory
 from policies.base import SamplingParams, TokenPolicy
 from policies.hf import HFPolicy
@@ -53,9 +53,6 @@ from tasks.suite import load_suite
 
 if TYPE_CHECKING:
     from harness.cluster import ClusterRollouts
-
-LEARNER_FILE = "learner.jsonl"
-"""Per trained segment: step, trajectory id, segment index, advantage, the learner's token log-probs."""
 
 
 class TrainConfig(BaseModel):
@@ -318,16 +315,16 @@ def _record_token_stats(
         if row.source is None or row.source not in learner_logprobs:
             continue
         trajectory_id, segment = row.source
-        line = {
-            "step": step,
-            "trajectory_id": trajectory_id,
-            "segment": segment,
-            "advantage": row.advantage,
-            "learner_logprobs": [round(v, 5) for v in learner_logprobs[row.source]],
-        }
-        lines.append(json.dumps(line))
+        line = SegmentAdvantage(
+            step=step,
+            trajectory_id=trajectory_id,
+            segment=segment,
+            advantage=row.advantage,
+            learner_logprobs=[round(v, 5) for v in learner_logprobs[row.source]],
+        )
+        lines.append(line.model_dump_json())
     if lines:  # the step's lines in one write
-        append_line(store.root / LEARNER_FILE, "\n".join(lines))
+        append_line(store.learner_path, "\n".join(lines))
 
 
 def _tuple_state(state: list[object]) -> tuple[object, ...]:
@@ -338,6 +335,6 @@ def _tuple_state(state: list[object]) -> tuple[object, ...]:
 
 def _drop_metrics_from(store: RunStore, step: int) -> None:
     """A resumed run rewrites the metrics of steps after its checkpoint; the older lines stay."""
-    for path in (store.metrics_path, store.root / LEARNER_FILE):
+    for path in (store.metrics_path, store.learner_path):
         kept = [line for _, line in read_lines(path) if json.loads(line)["step"] < step]
         write_atomic(path, "".join(kept).encode())

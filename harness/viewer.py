@@ -38,8 +38,8 @@ from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from envs.grading import Grade
 from harness.grpo import group_advantages
-from harness.runs import LEARNER_FILE, SegmentAdvantage, Selection, advantages
-from harness.store import RunStore, read_lines
+from harness.runs import Selection, advantages
+from harness.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
 from harness.trajectory import Metrics as TrajectoryMetrics
 from harness.trajectory import ParsedCall, Segment, Status, Summary, Timings, Trajectory
 

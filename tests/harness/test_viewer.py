@@ -289,7 +289,9 @@ def test_the_page_and_its_assets_come_from_the_package(rollout_run: Path) -> Non
 
 
 def test_the_learner_file_is_the_one_the_trainer_writes() -> None:
-    from harness.train import LEARNER_FILE as WRITTEN
+    from harness.store import RunStore
+
+    WRITTEN = RunStore(Path("run")).learner_path.name
 
     assert LEARNER_FILE == WRITTEN
 
