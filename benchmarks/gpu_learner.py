@@ -1,6 +1,7 @@
 """Learner throughput and model FLOPs utilisation of a Qwen2.5-0.5B-shaped model on one GPU.
 
-    .venv/bin/python benchmarks/gpu_learner.py [--tiny] [--peak-tflops N] [--bf16-weights] [--json PATH]
+    .venv/bin/python benchmarks/gpu_learner.py [--tiny] [--peak-tflops N] [--bf16-weights]
+        [--micro-batch-tokens N] [--no-checkpointing] [--profile] [--json PATH]
 
 The model has Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 query and 2 key-value heads, MLP 4864,
 vocabulary 151,936, tied embeddings) with random weights: nothing is downloaded. Our `Learner` trains
@@ -29,6 +30,7 @@ import re
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -79,6 +81,7 @@ class Results:
     shape: Shape
     parameters: int
     weights: str
+    activation_checkpointing: bool
     micro_batch_tokens: int
     lengths: list[int]
     real_tokens: int
@@ -131,10 +134,12 @@ def measure(
     micro_batch_tokens: int,
     bf16_weights: bool,
     peak: float | None,
+    checkpointing: bool = True,
+    profile: bool = False,
 ) -> Results:
     model = build_model(shape, device, bf16_weights)
     config = LearnerConfig(
-        micro_batch_tokens=micro_batch_tokens, dtype="bfloat16", activation_checkpointing=True
+        micro_batch_tokens=micro_batch_tokens, dtype="bfloat16", activation_checkpointing=checkpointing
     )
     learner = Learner(model, config, pad_id=0)
     parameters = sum(p.numel() for p in model.parameters())
@@ -157,6 +162,8 @@ def measure(
         times.append(step())
         console.print(f"[dim]step {i + 1}/{plan.reps}: {times[-1]:.2f} s")
 
+    if profile:
+        print_profile(step)
     median = statistics.median(times)
     real = sum(lengths)
     model_flops = 6 * parameters * real
@@ -167,6 +174,7 @@ def measure(
         shape=shape,
         parameters=parameters,
         weights="bfloat16" if bf16_weights else "float32 (bfloat16 autocast)",
+        activation_checkpointing=checkpointing,
         micro_batch_tokens=micro_batch_tokens,
         lengths=lengths,
         real_tokens=real,
@@ -182,10 +190,21 @@ def measure(
     )
 
 
+def print_profile(step: Callable[[], float]) -> None:
+    """One more step under torch.profiler: the operators that took the most device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        step()
+    sort_by = "self_cuda_time_total" if torch.cuda.is_available() else "self_cpu_time_total"
+    print(prof.key_averages().table(sort_by=sort_by, row_limit=15, max_name_column_width=50), flush=True)
+
+
 def print_report(res: Results) -> None:
     console.print(
         f"\n[bold]GPU learner benchmark[/] on {res.device}: Qwen2 of {res.parameters:,} parameters, "
-        f"weights {res.weights}, activation checkpointing on"
+        f"weights {res.weights}, activation checkpointing {'on' if res.activation_checkpointing else 'off'}"
     )
     padding = 1 - res.real_tokens / res.computed_tokens
     console.print(
@@ -217,6 +236,10 @@ def main() -> int:
         default=LearnerConfig().micro_batch_tokens,
         help="(default: %(default)s)",
     )
+    parser.add_argument("--no-checkpointing", action="store_true", help="activation checkpointing off")
+    parser.add_argument(
+        "--profile", action="store_true", help="profile one more step, print the top operators"
+    )
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args()
     if torch.cuda.is_available():
@@ -230,7 +253,10 @@ def main() -> int:
         return 0
     shape, plan = (TINY, SMOKE) if args.tiny else (QWEN25_05B, FULL)
     peak = peak_tflops(device, args.peak_tflops)
-    results = measure(shape, plan, device, args.micro_batch_tokens, args.bf16_weights, peak)
+    results = measure(
+        shape, plan, device, args.micro_batch_tokens, args.bf16_weights, peak,
+        checkpointing=not args.no_checkpointing, profile=args.profile,
+    )  # fmt: skip
     print_report(results)
     if args.json is not None:
         args.json.write_text(json.dumps(asdict(results), indent=2) + "\n")

@@ -225,8 +225,11 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
         )
-        if config.activation_checkpointing:
-            model.gradient_checkpointing_enable()  # type: ignore[operator]
+        if config.activation_checkpointing:  # renamed in transformers 5.24; the old name warns
+            enable = (
+                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            )
+            enable()  # type: ignore[operator]
         self.learner_logprobs: dict[tuple[str, int], list[float]] = {}
         """After a GRPO step: the learner's log-prob of every mask-1 token (index >= 1) of each sourced row."""
 
