@@ -3,9 +3,11 @@
 Each `RolloutWorker` actor owns a sandbox pool on its node and its own policy, built from the run's spec,
 and runs `run_one` for (task, sample) jobs. `ClusterRollouts` hands the jobs out, `worker_concurrency`
 at a time per worker, and takes the trajectories back as they finish (`ray.wait`), with `run_batch`'s
-contract. New weights travel through Ray's object store (no shared file system needed). A worker that
-dies loses only its in-flight episodes: each is saved as an `infra_error` trajectory naming the worker
-(never trained on) and queued again, and a replacement worker takes the dead one's place.
+contract. With an in-process policy (`hf:PATH`) new weights travel through Ray's object store (no shared
+file system needed); with inference servers (`tito:MODEL@URLS`) the workers hold no weights: the trainer
+loads them on the servers and tells the workers which servers hold which version (`use_servers`). A worker
+that dies loses only its in-flight episodes: each is saved as an `infra_error` trajectory naming the
+worker (never trained on) and queued again, and a replacement worker takes the dead one's place.
 
 Ray is imported only here, and this module only when `cluster.address` is set.
 """
@@ -51,15 +53,25 @@ def worker_name(run: str, index: int) -> str:
 
 
 class RolloutWorker:
-    """One actor's state: a sandbox pool on its node and its own copy of the policy."""
+    """One actor's state: a sandbox pool on its node and its own copy of the policy (or client of the
+    inference servers)."""
 
     def __init__(
-        self, config: RolloutConfig, seed: int, state: Mapping[str, torch.Tensor] | None, version: int
+        self,
+        config: RolloutConfig,
+        seed: int,
+        state: Mapping[str, torch.Tensor] | None,
+        version: int,
+        make_policy: Callable[[], Policy] | None = None,
+        servers: list[str] | None = None,
     ) -> None:
         self.config = config
-        self.policy = _make_policy(config.policy, seed)
-        if state is not None:  # here, not in a later call: a threaded actor may run calls out of order
+        self.policy = make_policy() if make_policy is not None else _make_policy(config.policy, seed)
+        # Here, not in a later call: a threaded actor may run calls out of order.
+        if state is not None:
             self.load_state_dict(state, version)
+        if servers is not None:
+            self.use_servers(version, servers)
         self.pool = SandboxPool(config.sandbox)
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -89,6 +101,13 @@ class RolloutWorker:
             raise TypeError(f"policy {self.policy.spec!r} takes no weights; only hf:PATH does")
         self.policy.load_state_dict(state, version)
 
+    def use_servers(self, version: int, urls: list[str]) -> None:
+        from policies.tito import TitoPolicy
+
+        if not isinstance(self.policy, TitoPolicy):
+            raise TypeError(f"policy {self.policy.spec!r} samples on no server; only tito:MODEL@URLS does")
+        self.policy.follow(version, urls)
+
     def close(self) -> None:
         self.stop.set()
         self.pool.close_all()
@@ -114,11 +133,15 @@ class _Job:
 
 
 class ClusterRollouts:
-    """The driver: `workers` RolloutWorker actors, jobs handed out as slots free up, dead ones replaced."""
+    """The driver: `workers` RolloutWorker actors, jobs handed out as slots free up, dead ones replaced.
 
-    def __init__(self, config: RolloutConfig) -> None:
+    `make_policy`, when given, builds each worker's policy instead of `config.policy` (`harness train`
+    passes one for its inference servers, with the run's tokenizer); Ray ships it to the workers."""
+
+    def __init__(self, config: RolloutConfig, make_policy: Callable[[], Policy] | None = None) -> None:
         self.ray = import_ray()
         self.config = config
+        self.make_policy = make_policy
         self.owns_ray = not self.ray.is_initialized()
         if self.owns_ray:
             self.ray.init(address=config.cluster.address, namespace=NAMESPACE)
@@ -128,6 +151,7 @@ class ClusterRollouts:
         self.workers: dict[str, Any] = {}
         self.started = 0
         self.weights: tuple[Any, int] | None = None
+        self.servers: tuple[int, list[str]] | None = None
         for _ in range(config.cluster.workers):
             self._start_worker()
 
@@ -141,9 +165,17 @@ class ClusterRollouts:
         name = worker_name(self.config.out.name, self.started)
         seed = zlib.crc32(f"{self.config.seed}/worker/{self.started}".encode())
         self.started += 1
-        state, version = self.weights or (None, 0)
+        state = self.weights[0] if self.weights else None
+        servers = self.servers[1] if self.servers else None
         options = self.actor_class.options(name=name, namespace=NAMESPACE)
-        self.workers[name] = options.remote(self.config, seed, state, version)
+        self.workers[name] = options.remote(self.config, seed, state, self.version, self.make_policy, servers)
+
+    @property
+    def version(self) -> int:
+        """The policy version the workers sample with now."""
+        if self.servers is not None:
+            return self.servers[0]
+        return self.weights[1] if self.weights else 0
 
     def load_state_dict(self, state: Mapping[str, torch.Tensor], version: int) -> None:
         """Every worker (and every later replacement) samples with these weights from now on."""
@@ -151,6 +183,16 @@ class ClusterRollouts:
         for name, handle in list(self.workers.items()):
             try:
                 self.ray.get(handle.load_state_dict.remote(*self.weights))
+            except self.ray.exceptions.RayActorError:
+                self._replace(name)
+
+    def use_servers(self, version: int, urls: list[str]) -> None:
+        """Every worker (and every later replacement) samples on the servers at `urls`, which hold weights
+        `version`, from now on."""
+        self.servers = (version, list(urls))
+        for name, handle in list(self.workers.items()):
+            try:
+                self.ray.get(handle.use_servers.remote(*self.servers))
             except self.ray.exceptions.RayActorError:
                 self._replace(name)
 
@@ -204,7 +246,7 @@ class ClusterRollouts:
             return [self._lost(j, reason) for j in lost]
 
     def _lost(self, job: _Job, reason: str) -> Trajectory:
-        version = self.weights[1] if self.weights else 0
+        version = self.version
         return Trajectory(
             id=f"{job.task.id}/{job.sample}/lost-{job.losses}",
             run=self.config.out.name,

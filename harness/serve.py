@@ -8,6 +8,12 @@ Request and response fields follow vLLM's OpenAI server where they overlap
 fields are ignored with a warning, as vLLM does. Each response adds `policy_version`, the learner step of
 the weights that sampled it; `POST /v1/load_weights` swaps in new weights.
 
+So that it can stand in for `VLLM_SERVER_DEV_MODE=1 vllm serve` in tests, it also answers the two vLLM
+development routes `TitoPolicy(reload="vllm")` uses (vllm/entrypoints/serve/dev/rpc/api_router.py and
+dev/cache/api_router.py), with vLLM's request and answer bodies: `POST /collective_rpc` for the method
+`reload_weights` with `kwargs.weights_path` only (loads the folder; vLLM names no version, so this bumps
+its own by one) and `POST /reset_prefix_cache` (nothing is cached here: a no-op).
+
 Log-probs are those of the sampler's distribution (after temperature), as `Generation` defines them.
 """
 
@@ -28,7 +34,7 @@ from typing import Annotated, Any, Literal, Protocol, TypeVar
 import uvicorn
 from fastapi import FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -148,6 +154,17 @@ class ChatRequest(_Request):
     return_token_ids: bool | None = None
 
 
+class CollectiveRpcRequest(BaseModel):
+    """`POST /collective_rpc` (vLLM development route): a worker method and its arguments."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    method: str
+    args: list[Any] = Field(default_factory=list)
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    timeout: float | None = None
+
+
 class LoadWeightsRequest(BaseModel):
     """`POST /v1/load_weights` (harness extension): a `save_pretrained` checkpoint folder and its version."""
 
@@ -179,6 +196,11 @@ class ModelList(BaseModel):
 class LoadWeightsResponse(BaseModel):
     ok: bool
     version: int
+
+
+class CollectiveRpcResponse(BaseModel):
+    results: list[Any]
+    """One result per worker, as vLLM answers; `reload_weights` returns None."""
 
 
 class Usage(BaseModel):
@@ -405,6 +427,23 @@ def create_app(
         except (OSError, ValueError, RuntimeError) as e:
             raise BadRequest(f"could not load weights from {checkpoint}: {e}", "path") from e
         return LoadWeightsResponse(ok=True, version=policy.version)
+
+    @app.post("/collective_rpc")
+    async def collective_rpc(request: Request) -> CollectiveRpcResponse:
+        req = await _parse(request, CollectiveRpcRequest)
+        weights_path = req.kwargs.get("weights_path")
+        if req.method != "reload_weights" or req.args or not isinstance(weights_path, str):
+            raise BadRequest(
+                "harness serve runs only reload_weights with kwargs {'weights_path': FOLDER}", "method"
+            )
+        checkpoint = Path(weights_path)
+        # Like vLLM, whose worker raises: a folder that does not load is a server error.
+        await run_in_threadpool(run, lambda: policy.load_weights(checkpoint, policy.version + 1))
+        return CollectiveRpcResponse(results=[None])
+
+    @app.post("/reset_prefix_cache")
+    async def reset_prefix_cache() -> Response:
+        return Response(status_code=200)
 
     return app
 

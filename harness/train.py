@@ -12,7 +12,12 @@ from the run file, so a resumed run on a CPU gives the results of an uninterrupt
 newest weights between batches, and groups more than `max_staleness` versions old are dropped.
 
 `cluster.address` runs the rollouts on Ray actors (`harness/cluster.py`), which get the new weights
-through Ray's object store after every step; without it nothing imports Ray.
+through Ray's object store after every step, or, with `sampler`, sample on the servers and are told which
+servers hold the new weights; without it nothing imports Ray.
+
+`device` places the model (learner, in-process sampler, KL reference): a GPU when there is one. Under
+`torchrun` the learner runs on every process (`harness/distributed.py`): rank 0 leads (rollouts, run
+directory, servers) and sends each step's rows to the others, which follow, step for step.
 """
 
 from __future__ import annotations
@@ -22,22 +27,28 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
+from harness import distributed
 from harness.async_rollouts import AsyncRollouts, Handoff, fresh_groups
 from harness.checkpoint import (
     MetricsWriter,
     latest_checkpoint,
     load_checkpoint,
+    optimizer_state,
     save_checkpoint,
     save_weights,
 )
+from harness.config import ConfigError
+from harness.distributed import Processes
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
 from harness.rollout import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
@@ -67,8 +78,9 @@ class TrainConfig(BaseModel):
     step loads the new weights from RUN/weights/step-N through its load endpoint. Default: the learner's
     own model samples in-process. Several servers: `tito:MODEL@URL1,URL2` (load-balanced)."""
     sampler_reload: ReloadEndpoint = "harness"
-    """How the sampler servers load new weights: `harness` (`harness serve`'s POST /v1/load_weights) or
-    `sglang` (POST /update_weights_from_disk). See docs/scale.md for vLLM."""
+    """How the sampler servers load new weights: `harness` (`harness serve`'s POST /v1/load_weights),
+    `sglang` (POST /update_weights_from_disk) or `vllm` (`vllm serve` with VLLM_SERVER_DEV_MODE=1:
+    POST /collective_rpc reload_weights, then /reset_prefix_cache; docs/scale.md)."""
     mode: Literal["sync", "async"] = "sync"
     """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
     max_staleness: int = Field(default=1, ge=0)
@@ -92,13 +104,16 @@ class TrainConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model."""
+    """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model, or
+    on the `sampler` servers."""
+    device: str = "auto"
+    """Where the model, the in-process sampler and the KL reference live: `auto` (CUDA when there is a GPU,
+    else the CPU), `cpu`, `cuda` or `cuda:N`. Under torchrun `auto` and `cuda` mean cuda:LOCAL_RANK."""
 
-    @model_validator(mode="after")
-    def _one_sampler(self) -> TrainConfig:
-        if self.cluster.address is not None and self.sampler is not None:
-            raise ValueError("cluster.address and sampler: the cluster's workers sample in-process; set one")
-        return self
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return distributed.check_device(value)
 
     @field_validator("sampler")
     @classmethod
@@ -139,43 +154,52 @@ def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
 def train(
     config: TrainConfig, resume: bool = False, on_step: Callable[[int, dict[str, float]], None] | None = None
 ) -> list[dict[str, float]]:
-    """Runs the training steps not done yet; returns the metrics of the steps it ran."""
+    """Runs the training steps not done yet; returns the metrics of the steps it ran (on rank 0; the other
+    processes of a torchrun launch return an empty list)."""
+    processes = distributed.start(config.device)
+    try:
+        _check_processes(config, processes)
+        found = latest_checkpoint(config.out / "checkpoints") if resume else None
+        found = distributed.broadcast(processes, found)  # rank 0's view of the run directory decides
+        if not processes.main:
+            _follow(config, processes, found)
+            return []
+        return _lead(config, processes, found, resume, on_step)
+    finally:
+        distributed.stop(processes)
+
+
+def _lead(
+    config: TrainConfig,
+    processes: Processes,
+    found: Path | None,
+    resume: bool,
+    on_step: Callable[[int, dict[str, float]], None] | None,
+) -> list[dict[str, float]]:
+    """The whole run on one process, or rank 0's part of it: everything but the learner's other shares."""
     tasks = select(load_suite(config.suite), config.tasks)
     store = RunStore(config.out)
     store.create(config)
     checkpoints = config.out / "checkpoints"
-    found = latest_checkpoint(checkpoints) if resume else None
     weights_at = found / "model" if found else config.model
-    policy = HFPolicy(weights_at, seed=config.seed)
+    policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
     server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
     sampler: TokenPolicy = server or policy
-    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
-    reference = None
-    if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
-        reference = HFPolicy(config.model).model.eval().requires_grad_(False)
-    learner = Learner(
-        policy.model,
-        config.learner,
-        pad_id=pad_id,
-        temperature=config.sampling.temperature,
-        reference=reference,
-    )
     order = random.Random(config.seed)
     start = 0
-    if found is not None:
-        state = load_checkpoint(found, learner.optimizer)
-        start = state["step"]
-        order.setstate(_tuple_state(state["order"]))
+    if saved_state is not None:
+        start = saved_state["step"]
+        order.setstate(_tuple_state(saved_state["order"]))
         policy.set_version(start)
         _drop_metrics_from(store, start)
     elif resume:
         _drop_metrics_from(store, 0)
     if server is not None:  # the server samples with the weights the learner starts from
-        server.load_weights((found / "model" if found else config.model).resolve(), start)
+        server.load_weights(weights_at.resolve(), start)
     writer = MetricsWriter(config.out)
     pool = SandboxPool(config.sandbox)
     rollout_config = config.rollout_config()
-    cluster = _cluster(rollout_config, policy, start)
+    cluster = _cluster(rollout_config, policy, start, server, config)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.trajectories()}
     steps = range(start, config.steps)
@@ -196,15 +220,15 @@ def train(
     rollouts = None
     if config.mode == "async":
         handoff: Handoff[Any]
-        if cluster is not None:
+        if server is not None:
+            handoff = _server_handoff(policy, server, config.out / "weights", cluster)
+        elif cluster is not None:
             handoff = Handoff(lambda _: _cpu_weights(policy), cluster.load_state_dict)
-        elif server is None:  # the in-process sampler is a copy: the learner's weights change under it
-            own = HFPolicy(weights_at, seed=config.seed)
+        else:  # the in-process sampler is a copy: the learner's weights change under it
+            own = HFPolicy(weights_at, device=str(processes.device), seed=config.seed)
             own.set_version(start)
             sampler = own
             handoff = _copy_handoff(policy, own)
-        else:
-            handoff = _server_handoff(policy, server, config.out / "weights")
         rollouts = AsyncRollouts(steps, roll, handoff, stop)
     history: list[dict[str, float]] = []
     try:
@@ -221,29 +245,29 @@ def train(
                 batch, staleness = fresh_groups(rolled_batch, step, config.max_staleness)
                 timings = {"time_rollout_s": rollout_s, "time_wait_s": rolled - started}
             rows, advantage_stats = rows_from_trajectories(batch, config.learner) if batch else ([], {})
-            learned = learner.grpo_step(rows) if rows else {}
-            _record_token_stats(store, step, rows, learner.learner_logprobs)
+            learned = learn(processes, learner, policy, rows, step + 1, _checkpoint_due(config, step))
+            _record_token_stats(store, step, rows, learned.logprobs)
             policy.set_version(step + 1)
             if rollouts is not None:
                 rollouts.learned(step + 1)
             elif server is not None:
                 weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
-                server.load_weights(weights.resolve(), step + 1)
+                _load_on_servers(server, cluster, weights.resolve(), step + 1)
             elif cluster is not None:
                 cluster.load_state_dict(_cpu_weights(policy), step + 1)
             metrics = {
                 **step_metrics(rolled_batch),
                 **advantage_stats,
-                **learned,
+                **learned.metrics,
                 **staleness,
                 "policy_version": float(step + 1),
                 **timings,
                 "time_learn_s": time.monotonic() - rolled,
             }
-            if (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps:
+            if learned.optimizer is not None:
                 state = {"order": plan[step - start][1]}
                 save_checkpoint(
-                    checkpoints, step + 1, policy.model, policy.tokenizer, learner.optimizer, state
+                    checkpoints, step + 1, policy.model, policy.tokenizer, learned.optimizer, state
                 )
             writer.write(step, metrics)
             history.append(metrics)
@@ -261,6 +285,88 @@ def train(
     return history
 
 
+def _follow(config: TrainConfig, processes: Processes, found: Path | None) -> None:
+    """Every process of a torchrun launch but rank 0: its share of each step's learning, nothing else."""
+    _, learner, saved_state = _start_learner(
+        config, processes, found / "model" if found else config.model, found
+    )
+    start = saved_state["step"] if saved_state is not None else 0
+    for step in range(start, config.steps):
+        learn(processes, learner, None, [], step + 1, _checkpoint_due(config, step))
+
+
+@dataclass(frozen=True)
+class Learned:
+    metrics: dict[str, float]
+    """The learner's metrics of the step (empty when the batch gave no rows)."""
+    logprobs: dict[tuple[str, int], list[float]]
+    """The learner's log-probs of every sourced row, from all processes (on rank 0)."""
+    optimizer: dict[str, Any] | None
+    """When a checkpoint is due: the whole optimizer state (on rank 0)."""
+
+
+def learn(
+    processes: Processes,
+    learner: Learner,
+    policy: HFPolicy | None,
+    rows: list[Row],
+    version: int,
+    checkpoint: bool,
+) -> Learned:
+    """One learner step, which every process takes with the same collectives in the same order: rank 0's
+    rows to all, the update on each one's share, the learner's log-probs back to rank 0, under FSDP the
+    whole new weights into rank 0's `policy` (which samples and is saved), and the optimizer state when
+    a checkpoint is due. In one process: `learner.grpo_step(rows)`."""
+    rows = distributed.broadcast(processes, rows)
+    metrics = learner.grpo_step(rows) if rows else {}
+    logprobs = distributed.merge_on_main(processes, learner.learner_logprobs)
+    if learner.sharded:
+        weights = distributed.full_weights(learner.model)
+        if policy is not None:
+            policy.load_state_dict(weights, version)
+    optimizer = optimizer_state(learner.model, learner.optimizer) if checkpoint else None
+    return Learned(metrics, logprobs, optimizer)
+
+
+def _start_learner(
+    config: TrainConfig, processes: Processes, weights_at: Path, found: Path | None
+) -> tuple[HFPolicy, Learner, dict[str, Any] | None]:
+    """The policy on this process's device, its learner, and the trainer state of checkpoint `found`
+    (whose optimizer state the learner takes)."""
+    device = str(processes.device)
+    policy = HFPolicy(weights_at, device=device, seed=config.seed)
+    model = policy.model
+    if processes.main and processes.world > 1 and config.learner.parallel == "fsdp":
+        model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one
+    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
+    reference = None
+    if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
+        reference = HFPolicy(config.model, device=device).model.eval().requires_grad_(False)
+    learner = Learner(
+        model, config.learner, pad_id=pad_id, temperature=config.sampling.temperature, reference=reference
+    )
+    saved_state = load_checkpoint(found, learner.model, learner.optimizer) if found is not None else None
+    return policy, learner, saved_state
+
+
+def _check_processes(config: TrainConfig, processes: Processes) -> None:
+    if processes.world == 1:
+        return
+    if config.mode == "async":
+        raise ConfigError(
+            f"mode=async on {processes.world} processes (torchrun): not supported yet; use mode=sync"
+        )
+    if config.cluster.address is not None:
+        raise ConfigError(
+            f"cluster.address on {processes.world} processes (torchrun): not supported yet; "
+            "run the learner on one process, or the rollouts without Ray"
+        )
+
+
+def _checkpoint_due(config: TrainConfig, step: int) -> bool:
+    return (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps
+
+
 def _server(spec: str, tokenizer: Path, reload: ReloadEndpoint) -> TitoPolicy:
     _, (model, url) = parse_spec(spec)
     return TitoPolicy(model, url, tokenizer_path=str(tokenizer), reload=reload)
@@ -276,15 +382,32 @@ def _plan(
     return plan
 
 
-def _cluster(config: RolloutConfig, policy: HFPolicy, version: int) -> ClusterRollouts | None:
-    """With `cluster.address`: the rollout workers, sampling with the learner's weights of `version`."""
+def _cluster(
+    config: RolloutConfig, policy: HFPolicy, version: int, server: TitoPolicy | None, train: TrainConfig
+) -> ClusterRollouts | None:
+    """With `cluster.address`: the rollout workers, sampling with the learner's weights of `version`; with
+    `server`, on its servers that hold them, each worker through a client of its own."""
     if config.cluster.address is None:
         return None
     from harness.cluster import ClusterRollouts
 
-    cluster = ClusterRollouts(config)
-    cluster.load_state_dict(_cpu_weights(policy), version)
+    if server is None or train.sampler is None:
+        cluster = ClusterRollouts(config)
+        cluster.load_state_dict(_cpu_weights(policy), version)
+    else:
+        cluster = ClusterRollouts(config, partial(_server, train.sampler, train.model, train.sampler_reload))
+        cluster.use_servers(version, server.holding(version))
     return cluster
+
+
+def _load_on_servers(
+    server: TitoPolicy, cluster: ClusterRollouts | None, weights: Path, version: int
+) -> None:
+    """Every live server loads the folder `weights` as `version`; the cluster's workers then sample on the
+    servers that did."""
+    server.load_weights(weights, version)
+    if cluster is not None:
+        cluster.use_servers(version, server.holding(version))
 
 
 def _cpu_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
@@ -296,13 +419,15 @@ def _copy_handoff(policy: HFPolicy, own: HFPolicy) -> Handoff[dict[str, torch.Te
     return Handoff(lambda _: _cpu_weights(policy), own.load_state_dict)
 
 
-def _server_handoff(policy: HFPolicy, server: TitoPolicy, root: Path) -> Handoff[Path]:
+def _server_handoff(
+    policy: HFPolicy, server: TitoPolicy, root: Path, cluster: ClusterRollouts | None
+) -> Handoff[Path]:
     """Async, on servers: the learner's weights saved to ROOT/step-N, which every server then loads."""
 
     def save(version: int) -> Path:
         return save_weights(root, version, policy.model, policy.tokenizer).resolve()
 
-    return Handoff(save, server.load_weights)
+    return Handoff(save, lambda weights, version: _load_on_servers(server, cluster, weights, version))
 
 
 def _record_token_stats(

@@ -6,11 +6,27 @@ vLLM: `return_token_ids` gives the ids (older vLLM without it: `return_tokens_as
 "token_id:N" tokens, parsed here). For training on a vLLM server, start it with
 `--logprobs-mode processed_logprobs` so its log-probs are those of the sampler's distribution (after
 temperature), as `Generation` defines them; by default vLLM returns the raw model's.
+
+New weights reach a server as a Hugging Face folder it can read (`load_weights`), by one of three
+requests (`ReloadEndpoint`). For vLLM, which has no public endpoint that reloads weights from a path, the
+client uses the development routes of `vllm serve` started with `VLLM_SERVER_DEV_MODE=1`:
+`POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": FOLDER}}` runs
+`Worker.reload_weights` on every worker, which loads the folder's safetensors in place
+(`GPUModelRunner.reload_weights(weights_iterator=None, weights_path=None, is_checkpoint_format=True)` in
+vllm/v1/worker/gpu_model_runner.py; used this way in vllm-project/vllm issue 48312 on 0.28.1rc1 and in the
+reproduction of PR 48284), then `POST /reset_prefix_cache` drops the KV cache the old weights computed.
+Both routes are listed among the development endpoints in https://docs.vllm.ai/en/latest/usage/security/
+(docs/usage/security.md; `/collective_rpc` "executes arbitrary RPC methods": never expose it beyond the
+cluster network). vLLM's RL weight-transfer routes (`/init_weight_transfer_engine`, `/start_weight_update`,
+`/update_weights`, `/finish_weight_update`, https://docs.vllm.ai/en/latest/training/weight_transfer/)
+document only NCCL and CUDA-IPC backends, which need the trainer in a process group with the server, not a
+folder on disk; they are not used here.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +39,8 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from transformers import AutoTokenizer, PreTrainedTokenizerBase
 
 from policies.base import Generation, SamplingParams, Tokenizer
+
+log = logging.getLogger(__name__)
 
 _TOKEN_ID_PREFIX = "token_id:"
 
@@ -70,9 +88,10 @@ class _ModelList(BaseModel):
     data: list[_ModelCard]
 
 
-ReloadEndpoint = Literal["harness", "sglang"]
-"""How a server loads new weights from a folder: `harness serve`'s `POST /v1/load_weights`, or SGLang's
-`POST /update_weights_from_disk`. vLLM has no stable endpoint for it (docs/scale.md)."""
+ReloadEndpoint = Literal["harness", "sglang", "vllm"]
+"""How a server loads new weights from a folder: `harness serve`'s `POST /v1/load_weights`, SGLang's
+`POST /update_weights_from_disk`, or vLLM's development routes `POST /collective_rpc` (`reload_weights`)
+and `POST /reset_prefix_cache` (module docstring)."""
 
 
 @dataclass
@@ -98,7 +117,14 @@ class TitoPolicy:
     the fewest requests in flight (round-robin among equals). Connection errors, timeouts and 5xx answers
     mark the server down for `probe_after_s` and the request is retried on another one (with backoff when
     none is left), `max_retries` times in all; a 4xx answer raises at once. `load_weights` reaches every
-    live server; a server that was down loads the current weights before it serves again.
+    live server; a server that failed to load them is out of rotation until it has: it is tried again
+    after `probe_after_s`, and loads the current weights before it serves again.
+
+    A client that loads no weights itself (a rollout worker, while the trainer's client loads them) is told
+    with `follow` which servers hold which version, and sends requests only to those.
+
+    The policy version of a generation is the one the server names in its answer (`harness serve` does);
+    with `reload="vllm"` it is always the one this client loaded (or was told of), since vLLM names none.
     """
 
     kind: Literal["token"] = "token"
@@ -134,6 +160,8 @@ class TitoPolicy:
         self._turn = 0
         self._weights: tuple[Path, int] | None = None
         """The last weights given to `load_weights`: what every server must have before it serves."""
+        self._following: int | None = None
+        """The version given to `follow`: only servers known to hold it serve."""
 
     @property
     def version(self) -> int:
@@ -144,7 +172,7 @@ class TitoPolicy:
         except ValidationError as e:
             raise SamplerError(f"{server.url}/models answered an unexpected body: {e}") from e
         for card in models.data:
-            if card.id == self.model and card.policy_version is not None:
+            if card.id == self.model and card.policy_version is not None and self.reload != "vllm":
                 self._last_version = card.policy_version
         return self._last_version
 
@@ -167,6 +195,8 @@ class TitoPolicy:
         if params.seed is not None:
             body["seed"] = params.seed
         answer, server = self._request("POST", "/completions", body)
+        if self.reload == "vllm":  # a stand-in's own count of reloads is not the learner's step
+            answer.pop("policy_version", None)
         # A server that names no version (vLLM) sampled with the weights this client last loaded on it.
         gen = read_completion(
             answer, prompt_ids, self._last_version if server.version is None else server.version
@@ -176,16 +206,38 @@ class TitoPolicy:
 
     def load_weights(self, checkpoint: Path, version: int) -> None:
         """Has every live server load the weights saved in `checkpoint` (a folder they can read) as
-        `version`; a server that fails is marked down and loads them when it comes back. Raises
-        `SamplerError` when no server took them."""
+        `version`. A server that fails is logged and kept out of rotation until it has them: it is tried
+        again after `probe_after_s`, loading them before it serves. Raises `SamplerError` when no server
+        took them."""
         self._weights = (checkpoint, version)
         now = time.monotonic()
         live = [s for s in self.servers if s.down_until <= now] or self.servers
         with ThreadPoolExecutor(max_workers=len(live)) as pool:
-            errors = [e for e in pool.map(self._try_sync, live) if e is not None]
-        if len(errors) == len(live):
-            raise SamplerError(f"no server loaded {checkpoint}: {'; '.join(str(e) for e in errors)}")
+            errors = list(pool.map(self._try_sync, live))
+        failed = [(s, e) for s, e in zip(live, errors, strict=True) if e is not None]
+        if len(failed) == len(live):
+            raise SamplerError(f"no server loaded {checkpoint}: {'; '.join(str(e) for _, e in failed)}")
+        for server, error in failed:
+            log.warning("%s is out of rotation until it loads version %d: %s", server.url, version, error)
         self._last_version = version
+
+    def holding(self, version: int) -> list[str]:
+        """The URLs of the servers this client loaded `version` on (or was told hold it)."""
+        return [s.url for s in self.servers if s.version == version]
+
+    def follow(self, version: int, urls: list[str]) -> None:
+        """Another client loaded `version` on the servers at `urls`: from now on requests go to those only,
+        tagged `version`, until the next call. A server that fails meanwhile stays out until then."""
+        known = {s.url for s in self.servers}
+        if not set(urls) <= known:
+            raise ValueError(f"{sorted(set(urls) - known)}: not servers of this client ({sorted(known)})")
+        with self._lock:
+            self._following = version
+            self._last_version = version
+            for server in self.servers:
+                held = server.url in urls
+                server.version = version if held else None
+                server.down_until = 0.0 if held else server.down_until
 
     def close(self) -> None:
         self._client.close()
@@ -215,10 +267,10 @@ class TitoPolicy:
             if weights is None or server.version == weights[1]:
                 return
             checkpoint, version = weights
-            path, body, ok = _reload_request(self.reload, checkpoint, version)
-            answer = self._send(server, "POST", path, body, root=self.reload != "harness")
-            if not answer.get(ok):
-                raise SamplerError(f"{server.url}: {path} refused {checkpoint}: {answer}")
+            for path, body, ok in _reload_requests(self.reload, checkpoint, version):
+                answer = self._send(server, "POST", path, body, root=self.reload != "harness")
+                if ok is not None and not answer.get(ok):
+                    raise SamplerError(f"{server.url}: {path} refused {checkpoint}: {answer}")
             server.version = version
 
     def _request(
@@ -229,7 +281,7 @@ class TitoPolicy:
         for attempt in range(self.max_retries + 1):
             server = self._pick(tried)
             try:
-                self._sync_weights(server)  # a server back from a failure may have lost them
+                self._ready(server)
                 return self._send(server, method, path, body), server
             except _Retryable as e:
                 self._mark_down(server)
@@ -244,12 +296,31 @@ class TitoPolicy:
                 time.sleep(min(0.5 * 2**attempt, 8.0))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _ready(self, server: _Server) -> None:
+        """Loads the current weights on `server` if it lacks them (back from a failure, or it failed to load
+        them); any failure is retryable, so that another server answers meanwhile."""
+        try:
+            self._sync_weights(server)
+        except _Retryable:
+            raise
+        except SamplerError as e:
+            raise _Retryable(str(e)) from e
+
     def _pick(self, tried: set[str]) -> _Server:
         """The live server with the fewest requests in flight, round-robin among equals; when all are down,
-        the one that failed longest ago (its probe)."""
+        the one that failed longest ago (its probe). A follower picks only among the servers that hold the
+        version it follows."""
         with self._lock:
             now = time.monotonic()
-            fresh = [s for s in self.servers if s.url not in tried] or self.servers
+            servers = self.servers
+            if self._following is not None:
+                servers = [s for s in self.servers if s.version == self._following]
+                if not servers:
+                    raise SamplerError(
+                        f"no server is known to hold weights version {self._following}: the reload failed "
+                        "on all of them, or they failed since"
+                    )
+            fresh = [s for s in servers if s.url not in tried] or servers
             live = [s for s in fresh if s.down_until <= now]
             n = len(self.servers)
             self._turn += 1
@@ -279,6 +350,8 @@ class TitoPolicy:
             raise _Retryable(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
         if response.status_code >= 400:
             raise SamplerError(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
+        if not response.content:  # vLLM's /reset_prefix_cache answers 200 with no body
+            return {}
         data = response.json()
         if not isinstance(data, dict):
             raise SamplerError(f"{method} {url}: expected a JSON object, got {data!r:.200}")
@@ -289,13 +362,17 @@ class _Retryable(SamplerError):
     """The server did not answer, or answered 5xx: another server, or a later try, may do better."""
 
 
-def _reload_request(
+def _reload_requests(
     reload: ReloadEndpoint, checkpoint: Path, version: int
-) -> tuple[str, dict[str, Any], str]:
-    """(path, body, the answer's success field) of the weight reload request of each server kind."""
+) -> list[tuple[str, dict[str, Any] | None, str | None]]:
+    """(path, body, the answer's success field or None: any 2xx) of the requests, in order, that make a
+    server of each kind load the folder `checkpoint`."""
     if reload == "sglang":
-        return "/update_weights_from_disk", {"model_path": str(checkpoint)}, "success"
-    return "/load_weights", {"path": str(checkpoint), "version": version}, "ok"
+        return [("/update_weights_from_disk", {"model_path": str(checkpoint)}, "success")]
+    if reload == "vllm":  # vLLM raises, hence answers 5xx, when a worker fails to load
+        rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(checkpoint)}}
+        return [("/collective_rpc", rpc, None), ("/reset_prefix_cache", None, None)]
+    return [("/load_weights", {"path": str(checkpoint), "version": version}, "ok")]
 
 
 def read_completion(answer: dict[str, Any], prompt_ids: list[int], version: int = 0) -> Generation:

@@ -1,5 +1,7 @@
 """TitoPolicy over two `harness serve` instances on loopback, standing in for two vLLM servers: requests
-are spread over both, a stopped one is survived, and a weight reload reaches both (and one that returns)."""
+are spread over both, a stopped one is survived, and a weight reload reaches both (and one that returns),
+through `harness serve`'s own route or vLLM's development routes; a server that fails a reload serves
+nothing until it has loaded the weights."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
 
+import httpx
 import pytest
 import torch
 
@@ -15,7 +18,7 @@ from harness.serve import create_app, running
 from policies.base import SamplingParams
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
-from policies.tito import SamplerError, TitoPolicy
+from policies.tito import ReloadEndpoint, SamplerError, TitoPolicy
 
 PROMPT = [5, 6, 7, 8]
 GREEDY = SamplingParams(max_new_tokens=8, temperature=0.0)
@@ -77,9 +80,16 @@ def urls(servers: tuple[Server, Server]) -> str:
     return ",".join(f"http://127.0.0.1:{s.port}/v1" for s in servers)
 
 
-def client(model: Path, servers: tuple[Server, Server], max_retries: int = 3) -> TitoPolicy:
+def client(
+    model: Path, servers: tuple[Server, Server], max_retries: int = 3, reload: ReloadEndpoint = "harness"
+) -> TitoPolicy:
     return TitoPolicy(
-        "tiny", urls(servers), tokenizer_path=str(model), max_retries=max_retries, probe_after_s=PROBE_S
+        "tiny",
+        urls(servers),
+        tokenizer_path=str(model),
+        max_retries=max_retries,
+        probe_after_s=PROBE_S,
+        reload=reload,
     )
 
 
@@ -132,3 +142,89 @@ def test_a_reload_no_server_takes_is_an_error(tiny_model_path: Path, servers: tu
     tito = client(tiny_model_path, servers, max_retries=0)
     with pytest.raises(SamplerError, match=r"no server loaded.*not a checkpoint folder"):
         tito.load_weights(tiny_model_path / "missing", 1)
+
+
+def test_harness_serve_answers_vllms_reload_routes_as_vllm_does(
+    other_weights: Path, servers: tuple[Server, Server]
+) -> None:
+    root = f"http://127.0.0.1:{servers[0].port}"
+    rpc = {"method": "reload_weights", "kwargs": {"weights_path": str(other_weights)}}
+    answer = httpx.post(f"{root}/collective_rpc", json=rpc)
+    assert answer.status_code == 200 and answer.json() == {"results": [None]}
+    assert servers[0].policy.version == 1  # vLLM names no version: a reload bumps its own
+    reset = httpx.post(f"{root}/reset_prefix_cache")
+    assert reset.status_code == 200 and reset.content == b""
+    for body in ({"kwargs": {}}, {"method": "sleep"}, {"method": "reload_weights"}):
+        assert httpx.post(f"{root}/collective_rpc", json=body).status_code == 400
+    rpc["kwargs"]["weights_path"] = str(other_weights / "missing")
+    assert httpx.post(f"{root}/collective_rpc", json=rpc).status_code == 500  # vLLM's worker raises
+
+
+@pytest.mark.timeout(90)
+def test_a_vllm_reload_reaches_both_servers(
+    tiny_model_path: Path, other_weights: Path, servers: tuple[Server, Server]
+) -> None:
+    tito = client(tiny_model_path, servers, max_retries=0, reload="vllm")
+    before = tito.generate(PROMPT, GREEDY)
+    after = HFPolicy(other_weights).generate(PROMPT, GREEDY).ids
+    assert before.ids != after and before.policy_version == 0
+    tito.load_weights(other_weights, 1)
+    assert [s.policy.version for s in servers] == [1, 1]
+    assert tito.holding(1) == urls(servers).split(",")
+    for server in servers:  # each one's next greedy output is the new weights'
+        alone = TitoPolicy("tiny", f"http://127.0.0.1:{server.port}/v1", tokenizer_path=str(tiny_model_path))
+        assert alone.generate(PROMPT, GREEDY).ids == after
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == after and a.policy_version == 1 for a in answers)
+    tito.load_weights(tiny_model_path, 2)
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == before.ids and a.policy_version == 2 for a in answers)
+
+
+@pytest.mark.timeout(90)
+def test_a_server_that_fails_a_vllm_reload_serves_nothing_until_it_has_loaded(
+    tiny_model_path: Path,
+    other_weights: Path,
+    servers: tuple[Server, Server],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tito = client(tiny_model_path, servers, max_retries=1, reload="vllm")
+    after = HFPolicy(other_weights).generate(PROMPT, GREEDY).ids
+    attempts: list[int] = []
+
+    def broken(checkpoint: Path, version: int) -> None:
+        attempts.append(version)
+        raise RuntimeError("CUDA out of memory")
+
+    monkeypatch.setattr(servers[1].policy, "load_weights", broken)
+    tito.load_weights(other_weights, 1)  # one server took them: the step goes on
+    good, bad = urls(servers).split(",")
+    assert tito.holding(1) == [good] and servers[1].policy.version == 0
+    assert f"{bad} is out of rotation until it loads version 1" in caplog.text
+    assert "CUDA out of memory" in caplog.text
+    # The old weights' server never answers under the new version: every answer is the new weights'.
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == after and a.policy_version == 1 for a in answers)
+    tried = len(attempts)
+    time.sleep(PROBE_S)  # its probe: it is asked to load them again before serving, fails, stays out
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == after and a.policy_version == 1 for a in answers)
+    assert len(attempts) > tried and set(attempts) == {1}
+
+    # A rollout worker's client follows the trainer's: it samples only where version 1 is.
+    worker = client(tiny_model_path, servers, reload="vllm")
+    worker.follow(1, tito.holding(1))
+    answers = [worker.generate(PROMPT, GREEDY) for _ in range(4)]
+    assert all(a.ids == after and a.policy_version == 1 for a in answers) and worker.version == 1
+
+    monkeypatch.undo()  # fixed: the next reload reaches both, and both serve again
+    time.sleep(PROBE_S)
+    tito.load_weights(tiny_model_path, 2)
+    assert tito.holding(2) == [good, bad] and [s.policy.version for s in servers] == [2, 1]
+    answers = [tito.generate(PROMPT, GREEDY) for _ in range(4)]  # the learner's version, not a server's count
+    assert all(a.policy_version == 2 for a in answers)
+
+    servers[0].stop()  # the only holder of version 1 for the worker is gone: a clear error, no old weights
+    with pytest.raises(SamplerError, match="no server is known to hold weights version 1"):
+        worker.generate(PROMPT, GREEDY)
