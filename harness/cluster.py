@@ -14,6 +14,7 @@ Ray is imported only here, and this module only when `cluster.address` is set.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 import zlib
@@ -154,6 +155,8 @@ class ClusterRollouts:
         self.servers: tuple[int, list[str]] | None = None
         for _ in range(config.cluster.workers):
             self._start_worker()
+        address = self.ray.get_runtime_context().gcs_address
+        print(f"rollouts on {config.cluster.workers} Ray workers, cluster {address}", file=sys.stderr)
 
     def __enter__(self) -> ClusterRollouts:
         return self

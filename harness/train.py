@@ -47,7 +47,6 @@ from harness.checkpoint import (
     save_checkpoint,
     save_weights,
 )
-from harness.config import ConfigError
 from harness.distributed import Processes
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
@@ -158,7 +157,6 @@ def train(
     processes of a torchrun launch return an empty list)."""
     processes = distributed.start(config.device)
     try:
-        _check_processes(config, processes)
         found = latest_checkpoint(config.out / "checkpoints") if resume else None
         found = distributed.broadcast(processes, found)  # rank 0's view of the run directory decides
         if not processes.main:
@@ -264,12 +262,14 @@ def _lead(
                 **timings,
                 "time_learn_s": time.monotonic() - rolled,
             }
+            # The step's metrics before its checkpoint: a crash between the two redoes the step, whose
+            # lines a resume drops; the other way round, it would lose them.
+            writer.write(step, metrics)
             if learned.optimizer is not None:
                 state = {"order": plan[step - start][1]}
                 save_checkpoint(
                     checkpoints, step + 1, policy.model, policy.tokenizer, learned.optimizer, state
                 )
-            writer.write(step, metrics)
             history.append(metrics)
             if on_step is not None:
                 on_step(step, metrics)
@@ -347,20 +347,6 @@ def _start_learner(
     )
     saved_state = load_checkpoint(found, learner.model, learner.optimizer) if found is not None else None
     return policy, learner, saved_state
-
-
-def _check_processes(config: TrainConfig, processes: Processes) -> None:
-    if processes.world == 1:
-        return
-    if config.mode == "async":
-        raise ConfigError(
-            f"mode=async on {processes.world} processes (torchrun): not supported yet; use mode=sync"
-        )
-    if config.cluster.address is not None:
-        raise ConfigError(
-            f"cluster.address on {processes.world} processes (torchrun): not supported yet; "
-            "run the learner on one process, or the rollouts without Ray"
-        )
 
 
 def _checkpoint_due(config: TrainConfig, step: int) -> bool:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from harness.config import ConfigError
 from harness.distributed import Processes, resolve_device, start
 from harness.serve import create_app, running
-from harness.train import TrainConfig, _check_processes, train
+from harness.train import TrainConfig, train
 from policies.hf import HFPolicy
 from tests.conftest import require_backend
 from tests.harness.test_train import config, weights
@@ -145,12 +145,41 @@ def test_the_device_setting_resolves_and_bad_ones_are_named(tiny_model_path: Pat
             resolve_device("cuda:0")
 
 
-def test_several_processes_refuse_what_they_cannot_do_yet(tiny_model_path: Path, tmp_path: Path) -> None:
-    two = Processes(rank=0, world=2, device=torch.device("cpu"))
-    run = small_config(tiny_model_path, tmp_path / "run")
-    _check_processes(run, two)  # sync, in-process rollouts: fine
-    with pytest.raises(ConfigError, match="mode=async on 2 processes"):
-        _check_processes(run.model_copy(update={"mode": "async"}), two)
-    clustered = run.model_copy(update={"cluster": run.cluster.model_copy(update={"address": "local"})})
-    with pytest.raises(ConfigError, match=r"cluster\.address on 2 processes"):
-        _check_processes(clustered, two)
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("how", ["async", "ray"])
+def test_under_torchrun_rank_0_rolls_out_asynchronously_or_on_ray_workers(
+    how: str, one_process: Path, tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """Rank 0's rollouts run ahead of the learner (async) or on Ray rollout workers, while both processes
+    learn: one copy of every file, every step trained, versions within the staleness bound."""
+    require_backend("bwrap")
+    run = small_config(tiny_model_path, tmp_path / how, parallel="fsdp")
+    address = ""
+    if how == "async":
+        run = run.model_copy(update={"mode": "async", "max_staleness": 1})
+    else:  # a Ray cluster on loopback, started here; rank 0 joins it as a driver
+        import ray
+
+        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
+        address = ray.get_runtime_context().gcs_address
+        cluster = run.cluster.model_copy(update={"address": address, "workers": 2})
+        run = run.model_copy(update={"cluster": cluster})
+    try:
+        proc = torchrun(run, tmp_path)
+    finally:
+        if how == "ray":
+            ray.shutdown()
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("step 2/2: reward") == 1
+    trajectories = lines(run.out / "trajectories.jsonl")
+    assert len(trajectories) == 2 * 3 and len({t["id"] for t in trajectories}) == 6
+    metrics = lines(run.out / "metrics.jsonl")
+    assert [m["step"] for m in metrics] == [0, 1]
+    for t in trajectories:  # sampled at most max_staleness (async) or exactly 0 (sync) versions behind
+        step = t["sample_index"] // 3
+        assert step - (1 if how == "async" else 0) <= t["policy_version"] <= step
+    assert {x["step"] for x in lines(run.out / "learner.jsonl")} == {0, 1}  # both processes learned
+    assert [p.name for p in sorted((run.out / "checkpoints").iterdir())] == ["step-1", "step-2"]
+    if how == "ray":  # rank 0 drove 2 workers, which drew what one process draws in-process
+        assert f"rollouts on 2 Ray workers, cluster {address}" in proc.stderr
+        assert generated(run.out) == generated(one_process)
