@@ -2,18 +2,25 @@
 
 The host's system folders are bound read-only, the repository lives on a size-capped tmpfs at /repo
 (filled from a read-only bind of the start state), there is no network, every capability is dropped,
-and the in-sandbox executor is PID 1. Limits come from a control group when the host lets us make one
-(root, or a delegated cgroup v2 subtree), else from rlimits, which are weaker.
+no user namespace can be made inside, and the in-sandbox executor is PID 1. Limits come from a control
+group when the host lets us make one (root, or a delegated cgroup v2 subtree), else from rlimits, which
+are weaker.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import queue
 import shutil
 import subprocess
 import sys
+import threading
 import uuid
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
+from typing import Any
 
 from envs import cgroups
 from envs.channel import ExecutorChannel
@@ -40,6 +47,49 @@ ETC_FILES = (
 
 def bwrap_path() -> str | None:
     return shutil.which("bwrap")
+
+
+@functools.cache
+def can_disable_userns(bwrap: str) -> bool:
+    """bwrap 0.8 and later can stop the sandbox from making user namespaces of its own."""
+    usage = subprocess.run([bwrap, "--help"], capture_output=True, text=True, timeout=10)
+    return "--disable-userns" in usage.stdout
+
+
+class Spawner:
+    """Starts processes from one thread that lives as long as the process.
+
+    bwrap's --die-with-parent is the kernel's parent-death signal, and the kernel sends it when the
+    *thread* that started bwrap exits, not the process: a sandbox started from a worker thread (a
+    thread pool's, a rollout's) would be killed when that thread ends, in the middle of its episode.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._jobs: queue.Queue[tuple[Future[Any], Callable[[], Any]]] = queue.Queue()
+
+    def call(self, job: Callable[[], Any]) -> Any:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():  # first use, or a forked child
+                self._jobs = queue.Queue()
+                self._thread = threading.Thread(target=self._serve, args=(self._jobs,), daemon=True)
+                self._thread.start()
+            done: Future[Any] = Future()
+            self._jobs.put((done, job))
+        return done.result()
+
+    @staticmethod
+    def _serve(jobs: queue.Queue[tuple[Future[Any], Callable[[], Any]]]) -> None:
+        while True:
+            done, job = jobs.get()
+            try:
+                done.set_result(job())
+            except BaseException as e:
+                done.set_exception(e)
+
+
+SPAWNER = Spawner()
 
 
 def python_dirs() -> list[str]:
@@ -106,6 +156,8 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         group = None  # no writable cgroups here: rlimits below are all we have
 
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
+    if can_disable_userns(bwrap):  # else the agent makes a user namespace, with every capability in it
+        args += ["--unshare-user", "--disable-userns"]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
     for d in SYSTEM_DIRS:
         if os.path.islink(d):
@@ -133,7 +185,13 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         str(identity / "group"),
         "/etc/group",
     ]
-    args += ["--proc", "/proc", "--dev", "/dev"]
+    # Run as root, bwrap maps the sandbox's user to the host's root (without capabilities): files that
+    # only root may write are the sandbox's to write, so the kernel's settings in /proc/sys (the host's
+    # own: core_pattern runs a program as root) are bound read-only, and /dev is read-only but for a
+    # size-capped /dev/shm that reset empties.
+    args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
+    args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--remount-ro", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
     for d in python_dirs():  # after the tmpfs mounts: a Python under /tmp must not be hidden by them
@@ -160,13 +218,15 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     env = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
     stderr_path = run_dir / f"{sandbox_id}.stderr"
     with stderr_path.open("wb") as stderr:
-        proc = subprocess.Popen(
-            ["/bin/sh", "-c", script, "sh", *args],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=stderr,
-            env=env,
-            close_fds=True,
+        proc: subprocess.Popen[bytes] = SPAWNER.call(
+            lambda: subprocess.Popen(
+                ["/bin/sh", "-c", script, "sh", *args],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=stderr,
+                env=env,
+                close_fds=True,
+            )
         )
     sandbox = ExecutorSandbox(sandbox_id, BwrapIsolation(proc, group, stderr_path), channel, config)
     track(sandbox)

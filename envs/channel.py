@@ -27,7 +27,7 @@ class ExecutorChannel:
         os.chmod(path, 0o666)  # the executor runs as an unprivileged uid inside the sandbox
         self._listener.listen(1)
         self._sock: socket.socket | None = None
-        self._buffer = b""
+        self._buffer = bytearray()  # grows in place: a reply of a copy-out can be hundreds of megabytes
 
     def accept(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> int:
         """Waits for the executor's hello; fails fast when the sandbox process is gone."""
@@ -65,7 +65,9 @@ class ExecutorChannel:
     def _read_line(self, timeout: float) -> dict[str, Any]:
         assert self._sock is not None
         deadline = time.monotonic() + max(timeout, 0.01)
-        while b"\n" not in self._buffer:
+        scanned = 0  # only new bytes are searched for the end of the line, so a long reply costs linear time
+        while (end := self._buffer.find(b"\n", scanned)) < 0:
+            scanned = len(self._buffer)
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self.close()
@@ -82,9 +84,20 @@ class ExecutorChannel:
                 self.close()
                 raise SandboxUnusable("the executor exited (the sandbox died or was killed)")
             self._buffer += chunk
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = self._buffer[:end]
+        del self._buffer[: end + 1]
         reply: dict[str, Any] = json.loads(line)
         return reply
+
+    def interrupt(self) -> None:
+        """Makes a call that another thread is waiting in fail at once. Closing would not wake it, and would
+        free the descriptor under it: a socket opened next could take the number, and the call wait on it."""
+        for s in (self._sock, self._listener):
+            if s is not None:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass  # not connected, or already closed
 
     def close(self) -> None:
         for s in (self._sock, self._listener):

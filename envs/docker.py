@@ -4,16 +4,23 @@ No network, every capability dropped, no new privileges, pids / memory / CPU lim
 with size-capped tmpfs for /repo and /tmp, and labels naming the owner run and an expiry. The executor
 is the container's entrypoint (PID 1) and connects back over a bound socket file, so a command costs a
 socket round trip, not a `docker exec`.
+
+Every call to the daemon is bounded (`docker_timeout_s`). A sandbox start waits for a daemon that does not
+answer (stopped, restarting) up to `start_timeout_s`, so a daemon restart costs no rollout, and only then
+fails as an infra error. A container that a cut-off call may have left (created after the client gave up,
+or not removed) is removed as soon as the daemon answers again, and at exit.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import shutil
 import stat
 import tarfile
 import tempfile
 import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -24,20 +31,57 @@ import requests.exceptions
 
 from envs import cgroups
 from envs.channel import ExecutorChannel
-from envs.lifecycle import current_owner, track
+from envs.lifecycle import Owner, current_owner, track
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 
 EXECUTOR = Path(__file__).with_name("executor.py")
-API_TIMEOUT_S = 30
+API_TIMEOUT_S = 30.0
 """Every call to the daemon is bounded: a stopped daemon is an infra error, not a hang."""
+STRAY_TIMEOUT_S = 5.0
 BUILD_TIMEOUT_S = 1800.0
 _BUILD_LOCK = threading.Lock()
+_strays: set[str] = set()
+"""Names of containers that cut-off calls may have left behind, to remove when the daemon answers."""
+_strays_lock = threading.Lock()
 
 
 @functools.cache
-def client() -> docker.DockerClient:
-    return docker.from_env(timeout=API_TIMEOUT_S)
+def client(timeout: float = API_TIMEOUT_S) -> docker.DockerClient:
+    return docker.from_env(timeout=timeout)
+
+
+class _Unanswered(SandboxError):
+    """The daemon did not answer (down, restarting, stopped): worth waiting for, unlike a refusal."""
+
+
+def _unanswered(error: BaseException | None) -> bool:
+    while error is not None:
+        if isinstance(error, (requests.exceptions.ConnectionError, requests.exceptions.Timeout)):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def _add_stray(name: str) -> None:
+    with _strays_lock:
+        _strays.add(name)
+
+
+@atexit.register
+def remove_strays() -> None:
+    """Removes the stray containers; those the daemon still does not answer for stay listed."""
+    with _strays_lock:
+        names = sorted(_strays)
+    for name in names:
+        try:
+            client(STRAY_TIMEOUT_S).api.remove_container(name, force=True)
+        except docker.errors.NotFound:
+            pass
+        except (docker.errors.DockerException, requests.exceptions.RequestException):
+            return  # tried again at the next start and at exit; after a crash, the reaper removes them
+        with _strays_lock:
+            _strays.discard(name)
 
 
 def daemon_answers() -> bool:
@@ -57,7 +101,9 @@ class DockerIsolation:
     def alive(self) -> bool:
         try:
             self.container.reload()
-        except (docker.errors.DockerException, requests.exceptions.RequestException):
+        except requests.exceptions.RequestException:
+            return True  # the daemon does not answer, so no news: the caller's own deadline bounds the wait
+        except docker.errors.DockerException:
             return False
         return bool(self.container.status in ("created", "running"))
 
@@ -82,7 +128,7 @@ class DockerIsolation:
         except docker.errors.NotFound:
             pass
         except (docker.errors.DockerException, requests.exceptions.RequestException):
-            pass  # the reaper removes it at the next start: it carries our labels
+            _add_stray(self.container.name)
 
 
 def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
@@ -121,7 +167,27 @@ def _world_readable(path: Path) -> bool:
 def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | None = None) -> ExecutorSandbox:
     """Starts a container from `image` (default: the config's) whose /repo starts as `source_dir`."""
     owner = current_owner(config.state_dir, config.expiry_s)
+    source = None
+    if source_dir is not None:
+        source = readable_source(Path(source_dir).resolve(), config.state_dir / owner.run_id)
+    began = time.monotonic()
+    pause = 0.5
+    while True:
+        try:
+            return _start_container(config, owner, source, image)
+        except _Unanswered as e:
+            waited = time.monotonic() - began
+            if waited + pause > config.start_timeout_s:
+                raise SandboxError(f"the Docker daemon did not answer for {waited:.0f} s: {e}") from e
+            time.sleep(pause)
+            pause = min(2 * pause, 5.0)
+
+
+def _start_container(
+    config: SandboxConfig, owner: Owner, source: Path | None, image: str | None
+) -> ExecutorSandbox:
     sandbox_id = uuid.uuid4().hex[:12]
+    name = f"harness-{owner.run_id}-{sandbox_id}"
     sock_path = config.state_dir / owner.run_id / f"{sandbox_id}.sock"
     channel = ExecutorChannel(sock_path)
     volumes = {
@@ -136,16 +202,15 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
         "--label",
         f"{owner.run_id}/{sandbox_id}",
     ]
-    if source_dir is not None:
-        source = readable_source(Path(source_dir).resolve(), config.state_dir / owner.run_id)
+    if source is not None:
         volumes[str(source)] = {"bind": "/opt/pristine", "mode": "ro"}
     command += ["--pristine", "/opt/pristine"]
     try:
-        container = client().containers.run(
+        container = client(config.docker_timeout_s).containers.run(
             image or config.image,
             command=command,
             detach=True,
-            name=f"harness-{owner.run_id}-{sandbox_id}",
+            name=name,
             labels={**owner.labels(), "harness.sandbox": sandbox_id},
             network_mode="none",
             cap_drop=["ALL"],
@@ -169,9 +234,14 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
         raise SandboxError(f"image {image or config.image!r} not found: build it with `make image`") from e
     except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
         channel.close()
+        if _unanswered(e):
+            _add_stray(name)  # the daemon may still make it once it answers again
+            raise _Unanswered(str(e)) from e
         raise SandboxError(f"docker could not start a sandbox: {e}") from e
     sandbox = ExecutorSandbox(sandbox_id, DockerIsolation(container), channel, config)
     track(sandbox)
+    if _strays:  # the daemon answers again
+        remove_strays()
     sandbox.start()
     return sandbox
 

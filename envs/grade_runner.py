@@ -4,15 +4,47 @@ Standard library and pytest only; started as `python3 -I -B grade_runner.py REPO
 the environment and the repository's folder on sys.path have no say over how Python starts. pytest is
 pointed at the grader's own ini file (`-c`), so the repository's pytest.ini / pyproject / setup.cfg test
 settings have no effect. The outcome of every test comes from pytest's own reports, not from stdout.
+
+The code under test runs in this process and could change pytest itself, so before any of it runs the
+runner fingerprints what decides an outcome (`Fingerprint`) and the test files, and a `Guard` watches
+the session. Found: a function, method or code object of pytest, pluggy, unittest, os, json or this
+file replaced (or a class attribute added); a hook implemented outside pytest's and its plugins' files
+other than by a conftest.py; a method replaced on a test item; a test function whose code is not what
+its file compiles to; a test file rewritten during the run. Each finding goes into the report's
+`tampering`, and the grader then counts every test as failed. Last, every other process of the sandbox
+is killed, the report is written under a fresh name and renamed into place, and its digest is the last
+line printed: a report that does not match it is not believed.
+
+What this cannot stop is code that studies this file and undoes each check in memory; it stops what
+works against any pytest run, the way a policy would find it.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
+import inspect
 import json
 import os
+import pathlib
+import signal
 import sys
+import types
+from typing import Any
+
+# Isolated mode (-I) keeps the script's and the repository's folders off sys.path: this is the real pytest.
+import pytest
 
 READY = "harness-grader-ready"
+DONE = "harness-grader-done"
+WATCHED = ("pytest", "_pytest", "pluggy", "unittest", "os", "posix", "json", "__main__")
+"""Top-level names of the modules whose namespaces and classes are fingerprinted."""
+MAX_FINDINGS = 5
+"""Findings of each kind reported; the rest are counted."""
+PYTEST_SETS = {"_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"}
+"""Names pytest itself binds during a run (lazily made classes)."""
+PYTEST_ADDS = {"_pytest_diamond_inheritance_warning_shown"}
+"""A class attribute pytest itself adds (a warning shown once)."""
 
 
 class Recorder:
@@ -42,11 +74,206 @@ class Recorder:
             self.collect_errors.append(report.nodeid)
 
 
+def _parts(value: object) -> tuple[object, ...]:
+    """The value and, for a function (or a property, static or class method), its code and defaults."""
+    functions: list[object]
+    if isinstance(value, property):
+        functions = [value.fget, value.fset, value.fdel]
+    elif isinstance(value, (staticmethod, classmethod)):  # the sandbox's Python may be older than 3.10
+        functions = [value.__func__]
+    else:
+        functions = [value]
+    parts: list[object] = [value]
+    for f in functions:
+        if isinstance(f, types.FunctionType):
+            parts += [f.__code__, f.__defaults__, f.__kwdefaults__]
+    return tuple(parts)
+
+
+def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
+    return len(a) == len(b) and all(a[i] is b[i] for i in range(len(a)))
+
+
+class Fingerprint:
+    """Every name of the watched modules, and every attribute of the classes they define, as objects
+    (held, so that no id is reused): what the code under test would change to fake an outcome."""
+
+    def __init__(self) -> None:
+        self.spaces: list[tuple[str, object, dict[str, tuple[object, ...]]]] = []
+        for name, module in sorted(sys.modules.items()):
+            if name.split(".")[0] not in WATCHED or not isinstance(module, types.ModuleType):
+                continue
+            self.spaces.append((name, module, {k: _parts(v) for k, v in vars(module).items()}))
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == name:
+                    prints = {k: _parts(v) for k, v in vars(value).items()}
+                    self.spaces.append((f"{name}.{value.__qualname__}", value, prints))
+
+    def changes(self) -> list[str]:
+        found = []
+        for label, owner, prints in self.spaces:
+            now = dict(vars(owner))
+            for key, before in prints.items():
+                if key not in now:
+                    found.append(f"{label}.{key} was deleted")
+                elif not _same(_parts(now[key]), before) and f"{label}.{key}" not in PYTEST_SETS:
+                    found.append(f"{label}.{key} was replaced")
+            if isinstance(owner, type):
+                found += [
+                    f"{label}.{key} was added" for key in now if key not in prints and key not in PYTEST_ADDS
+                ]
+        return found
+
+
+def _capped(findings: list[str]) -> list[str]:
+    if len(findings) <= MAX_FINDINGS:
+        return findings
+    return [*findings[:MAX_FINDINGS], f"... and {len(findings) - MAX_FINDINGS} more like it"]
+
+
+def _digest(path: str) -> str:
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read()).hexdigest()
+    except OSError:
+        return "unreadable"
+
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
+
+
+class Guard:
+    """A pytest plugin object that checks what the code under test could have done to the session:
+    before each test is called, the test item and its function; at the end, the hooks."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.config: Any = None
+        self.compiled: dict[str, set[types.CodeType]] = {}
+        self.items: list[str] = []
+        """Test items whose method or code was replaced."""
+        self.hooks: list[str] = []
+        """Hooks implemented outside pytest's and its plugins' files."""
+
+    def pytest_configure(self, config) -> None:  # type: ignore[no-untyped-def]
+        self.config = config
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_call(self, item) -> None:  # type: ignore[no-untyped-def]
+        for key in vars(item):
+            if any(isinstance(vars(c).get(key), types.FunctionType) for c in type(item).__mro__):
+                self.items.append(f"{item.nodeid}: its method {key} was replaced")
+        function = getattr(item, "function", None)
+        try:
+            inner = inspect.unwrap(function) if function is not None else None
+        except ValueError:  # a __wrapped__ cycle
+            inner = None
+        if not isinstance(inner, types.FunctionType) or not _inside(inner.__code__.co_filename, self.root):
+            return  # the test's code comes from pytest, a plugin or the standard library
+        if inner.__code__ not in self.code_of(inner.__code__.co_filename):
+            self.items.append(f"{item.nodeid}: its code is not what {inner.__code__.co_filename} says")
+
+    def code_of(self, path: str) -> set[types.CodeType]:
+        """Every code object of a file of the repository, compiled as it is and as pytest rewrites it."""
+        if path not in self.compiled:
+            found: set[types.CodeType] = set()
+            try:
+                with open(path, "rb") as f:
+                    source = f.read()
+                tops = [compile(source, path, "exec", dont_inherit=True)]
+            except (OSError, SyntaxError, ValueError):
+                tops = []
+            try:
+                from _pytest.assertion.rewrite import _rewrite_test
+
+                tops.append(_rewrite_test(pathlib.Path(path), self.config)[1])
+            except Exception:  # not a file pytest rewrites, or another pytest version's internals
+                pass
+            while tops:
+                code = tops.pop()
+                found.add(code)
+                tops += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+            self.compiled[path] = found
+        return self.compiled[path]
+
+    def pytest_sessionfinish(self, session) -> None:  # type: ignore[no-untyped-def]
+        """Hooks implemented outside pytest's and its plugins' files, other than by a conftest.py."""
+        for name, caller in vars(session.config.pluginmanager.hook).items():
+            for impl in caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else []:
+                code = getattr(impl.function, "__code__", None)
+                where = code.co_filename if code is not None else repr(impl.function)
+                trusted = os.path.isfile(where) and (
+                    not _inside(where, self.root) or os.path.basename(where) == "conftest.py"
+                )
+                if not trusted:
+                    self.hooks.append(f"hook {name} implemented in {where}")
+
+
+def _processes() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, state) of every process this one can see."""
+    found: dict[int, tuple[int, str]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            found[int(entry)] = (int(fields[1]), fields[0])
+    return found
+
+
+def stop_the_others() -> None:
+    """Kills every process of the sandbox except this one and its ancestors (the executor and what
+    started us), so that nothing the code under test started can touch the report once it is written."""
+    processes = _processes()
+    keep = {os.getpid()}
+    pid = os.getpid()
+    while pid in processes and processes[pid][0] not in keep and processes[pid][0] > 0:
+        pid = processes[pid][0]
+        keep.add(pid)
+    for _ in range(50):  # a forking process is killed child by child
+        others = [p for p, (_, state) in _processes().items() if p not in keep and state != "Z"]
+        if not others:
+            return
+        for p in others:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def write_report(path: str, report: dict[str, Any]) -> None:
+    """Writes under a fresh name, renames over whatever is at `path`, and prints the digest last."""
+    data = json.dumps(report).encode()
+    fresh = f"{path}.{os.getpid()}-{hashlib.sha256(os.urandom(16)).hexdigest()[:16]}"
+    fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, data)
+    os.close(fd)
+    os.replace(fresh, path)
+    sys.stdout.write(f"\n{DONE} {hashlib.sha256(data).hexdigest()}\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     report_path, ini, root, *ids = sys.argv[1:]
     files = sorted({i.split("::", 1)[0] for i in ids})
     present = [f for f in files if os.path.isfile(os.path.join(root, f))]
-    import pytest  # before the repository is on sys.path: a pytest.py of the agent's is never this one
+    from _pytest.config import default_plugins
+
+    # Imported now, so that they are fingerprinted before the code under test runs.
+    for name in [f"_pytest.{plugin}" for plugin in default_plugins] + ["unittest"]:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    before = Fingerprint()
+    tests_before = {f: _digest(os.path.join(root, f)) for f in present}
 
     # Everything before this line is the grader's own; a run whose output lacks it never got to the
     # code under test, so its failure is the harness's (an infra error), not the patch's.
@@ -54,26 +281,29 @@ def main() -> None:
     os.chdir(root)
     sys.path.insert(0, root)
     recorder = Recorder()
+    guard = Guard(root)
     exit_code = None
     if present:
         args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *present]
-        exit_code = int(pytest.main(args, plugins=[recorder]))
+        exit_code = int(pytest.main(args, plugins=[recorder, guard]))
+    rewritten = [f"{f} was rewritten" for f in present if _digest(os.path.join(root, f)) != tests_before[f]]
+    tampering = [
+        *_capped(before.changes()),
+        *_capped(guard.hooks),
+        *_capped(guard.items),
+        *_capped(rewritten),
+    ]
+    if os.environ.get("HARNESS_GRADER_SANDBOX") == "1":
+        stop_the_others()
     report = {
         "outcomes": recorder.outcomes,
         "collect_errors": recorder.collect_errors,
         "missing_files": sorted(set(files) - set(present)),
         "exit_code": exit_code,
+        "tampering": tampering,
     }
-    # Whatever the code under test planted at the report's path goes; nothing of it runs after us
-    # (no atexit handler, no thread): os._exit.
-    try:
-        os.unlink(report_path)
-    except FileNotFoundError:
-        pass
-    fd = os.open(report_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, json.dumps(report).encode())
-    os.close(fd)
-    sys.stdout.flush()
+    write_report(report_path, report)
+    # Nothing of the code under test runs after us (no atexit handler, no thread): os._exit.
     os._exit(0)
 
 

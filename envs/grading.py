@@ -1,13 +1,17 @@
 """Grading: the agent's diff, applied to a pristine base in a fresh sandbox, judged by hidden tests.
 
-1. The diff is taken host-side between the pristine base and a copy of the agent's repository; no git
-   runs in, or on, the agent's repository.
+1. The diff is taken host-side between the pristine base and a copy of the agent's repository (its `.git`
+   entries removed); no git runs in, or on, the agent's repository.
 2. Every part touching a test path, test configuration or interpreter start-up hook is dropped.
 3. A fresh sandbox starts from the pristine base; the filtered diff is applied; the hidden tests are
    written over the result.
 4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
    report file outside the repository, and a test that is skipped, errored, missing or uncollected
    counts as failed.
+   The code under test runs in the runner's process, so the runner also looks for what it could have
+   changed there (pytest's or unittest's functions, hooks, test items, test files; see grade_runner.py)
+   and kills every other process before it writes the report; a finding (`tampering`), or a report that
+   does not match the digest the runner printed last, fails every test.
 4'. A task judged by a verifier script (Harbor's tests/test.sh) instead gets the verifier's files
    written at their absolute paths and its command run; its reward file (or, without one, its exit
    status) decides. A verifier that writes no reward counts as failed.
@@ -15,14 +19,17 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import secrets
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_sandbox
 from envs.remote import ExecutorSandbox
@@ -34,6 +41,8 @@ from tasks.patches import diff_trees, filter_patch, split_patch
 RUNNER = Path(__file__).with_name("grade_runner.py")
 READY = "harness-grader-ready"
 """Printed by the runner once pytest is imported, before any code of the repository runs."""
+DONE = "harness-grader-done"
+"""The runner's last line: DONE and the sha256 of the report it wrote."""
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 
@@ -57,6 +66,9 @@ class Grade(BaseModel):
     duration_s: float
     infra_error: str | None = None
     """Set when grading itself failed (sandbox or daemon trouble): not the patch's fault."""
+    tampering: list[str] = Field(default_factory=list)
+    """What the code under test changed in the test run itself (pytest, hooks, tests, the report); when
+    set, every test counts as failed."""
 
 
 def collect_patch(sandbox: Sandbox, task: Task) -> str:
@@ -64,7 +76,23 @@ def collect_patch(sandbox: Sandbox, task: Task) -> str:
     with tempfile.TemporaryDirectory(prefix="harness-collect-") as tmp:
         new = Path(tmp) / "repo"
         sandbox.copy_out(WORKDIR, new)
+        drop_git_entries(new)
         return diff_trees(task.repo, new)
+
+
+def drop_git_entries(tree: Path) -> None:
+    """Removes every `.git` (folder, gitfile or link) in a copy of the agent's repository. Host git takes a
+    folder holding one for a nested repository and reads the repository it names, which a gitfile can
+    put anywhere on the host; without them, the agent's files in such a folder are diffed as files."""
+    for root, dirs, files in os.walk(tree):
+        for name in [*dirs, *files]:
+            path = Path(root) / name
+            if name == ".git":
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path)
+                else:
+                    path.unlink()
+        dirs[:] = [d for d in dirs if d != ".git"]
 
 
 def _outcome(name: str, outcomes: dict[str, str]) -> Outcome:
@@ -149,10 +177,11 @@ def _grade_in(
     for path, content in task.hidden_tests.files.items():
         sandbox.write_file(path, content.encode())
     verifier = task.hidden_tests.verifier
+    tampering: list[str] = []
     if verifier is not None:
         f2p, p2p, score, timed_out = _run_verifier(sandbox, verifier, timeout)
     else:
-        f2p, p2p, score, timed_out = _run_tests(sandbox, task, grader_dir, timeout)
+        f2p, p2p, score, timed_out, tampering = _run_tests(sandbox, task, grader_dir, timeout)
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
     judged = simplicity(patch, task.gold_patch, before, after, reward_config)
@@ -166,6 +195,7 @@ def _grade_in(
         dropped_paths=empty.dropped_paths,
         simplicity=judged,
         duration_s=time.monotonic() - started,
+        tampering=tampering,
     )
 
 
@@ -173,8 +203,11 @@ Judged = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
 """FAIL_TO_PASS and PASS_TO_PASS outcomes, the score in [0, 1], and whether the run timed out."""
 
 
-def _run_tests(sandbox: ExecutorSandbox, task: Task, grader_dir: str, timeout: float) -> Judged:
-    """Runs the hidden pytest ids; the score is the fraction that passed."""
+def _run_tests(
+    sandbox: ExecutorSandbox, task: Task, grader_dir: str, timeout: float
+) -> tuple[dict[str, Outcome], dict[str, Outcome], float, bool, list[str]]:
+    """Runs the hidden pytest ids; the score is the fraction that passed. Also returns the tampering the
+    runner found, in which case nothing passed."""
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
@@ -182,18 +215,34 @@ def _run_tests(sandbox: ExecutorSandbox, task: Task, grader_dir: str, timeout: f
     run = sandbox.run(
         ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, *ids],
         timeout=timeout,
-        env={"PYTHONHASHSEED": "0"},
+        env={"PYTHONHASHSEED": "0", "HARNESS_GRADER_SANDBOX": "1"},
     )
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
-    try:
-        outcomes: dict[str, str] = json.loads(sandbox.read_file(report))["outcomes"]
-    except (SandboxError, ValueError, KeyError):
-        outcomes = {}  # no report: the run crashed or timed out, so nothing passed
+    outcomes, tampering = _read_report(sandbox, report, run.output)
+    if tampering:
+        outcomes = dict.fromkeys(ids, "error")
     f2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.fail_to_pass}
     p2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.pass_to_pass}
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
-    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out
+    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out, tampering
+
+
+def _read_report(sandbox: ExecutorSandbox, report: str, output: str) -> tuple[dict[str, str], list[str]]:
+    """The runner's outcomes and findings. No report (the run crashed or timed out): nothing passed. A
+    report that is not the one whose digest the runner printed last was written by someone else."""
+    try:
+        raw = sandbox.read_file(report)
+    except SandboxError:
+        return {}, []
+    last = output.rstrip("\n").rsplit("\n", 1)[-1]
+    if last != f"{DONE} {hashlib.sha256(raw).hexdigest()}":
+        return {}, ["the report is not the one the grader's runner wrote (its digest does not match)"]
+    try:
+        parsed = json.loads(raw)
+        return dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]]
+    except (ValueError, KeyError, TypeError):
+        return {}, ["the report is not valid JSON"]
 
 
 def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Judged:

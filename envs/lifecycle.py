@@ -25,6 +25,7 @@ import psutil
 from pydantic import BaseModel, ConfigDict
 
 from envs import cgroups
+from envs.sandbox import SandboxUnusable
 
 LABEL = "harness.run"
 
@@ -74,7 +75,7 @@ _owner_lock = threading.Lock()
 
 
 def current_owner(state_dir: Path, expiry_s: float) -> Owner:
-    """This process's owner record, written once to `state_dir/RUN/owner.json`."""
+    """This process's owner record, written once to `state_dir/RUN/owner.json` of each state folder."""
     global _owner
     with _owner_lock:
         if _owner is None or _owner.pid != os.getpid():  # a forked child is a run of its own
@@ -86,9 +87,10 @@ def current_owner(state_dir: Path, expiry_s: float) -> Owner:
                 pid_start=psutil.Process(pid).create_time(),
                 expires=time.time() + expiry_s,
             )
-            run_dir = state_dir / _owner.run_id
+        run_dir = state_dir / _owner.run_id
+        if not (run_dir / "owner.json").exists():  # a process may use several state folders (tests, configs)
             run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = run_dir / f".owner.json.{pid}"
+            tmp = run_dir / f".owner.json.{_owner.pid}"
             tmp.write_text(_owner.model_dump_json())
             tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written
             reap(state_dir, _docker_client())  # a run's first sandbox clears what dead runs left
@@ -116,10 +118,15 @@ class Closable(Protocol):
 
 
 _open: weakref.WeakSet[Closable] = weakref.WeakSet()
+closing = threading.Event()
+"""Set when SIGINT / SIGTERM closes every sandbox: what fails after it is the interrupt's doing."""
 
 
 def track(sandbox: Closable) -> None:
-    """Registers a sandbox to be closed at exit, SIGINT or SIGTERM."""
+    """Registers a sandbox to be closed at exit, SIGINT or SIGTERM; refuses it once they closed the rest."""
+    if closing.is_set():
+        sandbox.close()
+        raise SandboxUnusable("the harness is stopping (SIGINT / SIGTERM): no new sandbox")
     _open.add(sandbox)
 
 
@@ -132,6 +139,7 @@ def close_all() -> None:
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
+    closing.set()
     close_all()
     signal.signal(signum, signal.SIG_DFL)
     if signum == signal.SIGINT:
@@ -172,7 +180,7 @@ def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
                 owner = Owner.model_validate_json((run_dir / "owner.json").read_text())
             except (OSError, ValueError):
                 owner = None
-            if owner is None and time.time() - run_dir.stat().st_mtime < 60:
+            if owner is None and _may_be_starting(run_dir):
                 continue  # a run starting right now has not written its owner record yet
             if owner is not None and not owner.is_dead():
                 continue
@@ -184,6 +192,15 @@ def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
     if docker_client is not None:
         report.containers = _reap_containers(docker_client, me)
     return report
+
+
+def _may_be_starting(run_dir: Path) -> bool:
+    """A folder without an owner record: a run that is writing it (young, its pid alive), or one that a
+    `kill -9` stopped before it could."""
+    if time.time() - run_dir.stat().st_mtime >= 60:
+        return False
+    pid = run_dir.name[1:].partition("-")[0]  # run ids are rPID-HEX
+    return not pid.isdigit() or psutil.pid_exists(int(pid))
 
 
 def _reap_containers(client: object, me: str | None) -> int:

@@ -18,6 +18,9 @@ from envs.sandbox import WORKDIR, CommandResult, SandboxConfig, SandboxError, Sa
 
 CALL_MARGIN_S = 10.0
 """Slack on top of a command's own timeout before the executor itself counts as hung."""
+SCRATCH = ["/tmp", "/dev/shm", "/dev/mqueue"]
+"""The writable folders besides the repository, emptied by reset."""
+DIED_OUT_OF_MEMORY = "the sandbox died: out of memory"
 
 
 class Isolation(Protocol):
@@ -48,8 +51,10 @@ class ExecutorSandbox:
         self.channel = channel
         self.config = config
         self.failure: str | None = None
+        self.limit_hit = False
+        """The failure is the sandbox's own limits (pids, memory) at work: the agent's doing, not the host's."""
         self._closed = False
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by a signal handler that closes the sandbox mid-call
         self._events = (0, 0)
 
     def start(self) -> None:
@@ -85,7 +90,7 @@ class ExecutorSandbox:
         reply = self._call(request, timeout + self.config.kill_grace_s + CALL_MARGIN_S, check=False)
         if not reply["ok"]:
             if reply.get("cannot_fork"):
-                self._mark_failed("the sandbox can no longer fork (process limit reached)")
+                self._mark_failed("the sandbox can no longer fork (process limit reached)", limit=True)
                 return self._failed_result(0.0)
             raise SandboxError(f"executor refused the command: {reply['error']}")
         result = CommandResult(
@@ -98,7 +103,7 @@ class ExecutorSandbox:
         )
         failure = self._check_limits(reply)
         if failure is not None:
-            self._mark_failed(failure)
+            self._mark_failed(failure, limit=True)
             result.failure = failure
         return result
 
@@ -134,14 +139,17 @@ class ExecutorSandbox:
         return True
 
     def reset(self) -> None:
-        self._call({"op": "reset", "grace": 0.2, "clear": ["/tmp"]}, timeout=120.0)
+        # Everything writable goes: what one episode leaves in /dev/shm must not reach the next one.
+        self._call({"op": "reset", "grace": 0.2, "clear": SCRATCH}, timeout=120.0)
         self._events = self.isolation.limit_events()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        self.channel.close()
+        self.channel.interrupt()  # a call in flight in another thread fails at once ...
+        with self._lock:  # ... and lets go of the connection before it is closed
+            self.channel.close()
         self.isolation.destroy()
 
     # ---- internals ----------------------------------------------------------------------------
@@ -154,7 +162,8 @@ class ExecutorSandbox:
             try:
                 reply = self.channel.call(request, timeout)
             except SandboxUnusable as e:
-                self._mark_failed(self._death_reason(str(e)))
+                reason = self._death_reason(str(e))
+                self._mark_failed(reason, limit=reason == DIED_OUT_OF_MEMORY)
                 raise SandboxUnusable(self.failure or str(e)) from e
         if check and not reply["ok"]:
             raise SandboxError(reply["error"])
@@ -164,7 +173,7 @@ class ExecutorSandbox:
         if not self.isolation.alive():
             _, ooms = self.isolation.limit_events()
             if ooms > self._events[1]:
-                return "the sandbox died: out of memory"
+                return DIED_OUT_OF_MEMORY
             return f"the sandbox died ({self.isolation.describe()})"
         return fallback
 
@@ -190,13 +199,31 @@ class ExecutorSandbox:
             failure=self.failure,
         )
 
-    def _mark_failed(self, reason: str) -> None:
+    def _mark_failed(self, reason: str, limit: bool = False) -> None:
         if self.failure is None:
             self.failure = reason
+            self.limit_hit = limit
 
 
 def _extract(data: str, dest: Path) -> None:
-    """Unpacks the executor's base64 tar into a host folder (the `data` filter keeps it inside)."""
+    """Unpacks the executor's base64 tar into a host folder, nothing outside it (`host_safe`)."""
     dest.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r") as tar:
-        tar.extractall(dest, filter="data")
+        tar.extractall(dest, filter=host_safe)
+
+
+def host_safe(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's `data` filter, except that what it refuses is left out rather than failing the copy,
+    and a symlink is kept wherever it points.
+
+    Whatever the agent leaves in its repository must not turn its episode into an infra error: a symlink
+    to an absolute path (a virtualenv's bin/python) or a FIFO would make the plain `data` filter raise.
+    Host code records a symlink (git stores its target as text) and never follows it; an entry that
+    would be written outside `dest`, through a link or not, is still refused.
+    """
+    try:
+        if member.issym():
+            return tarfile.tar_filter(member, dest)
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None

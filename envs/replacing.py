@@ -3,12 +3,20 @@
 A fork bomb, a memory bomb or a dead container leaves a sandbox that cannot be trusted. This wrapper
 never reuses it silently: the command that broke it is answered with `failure` set and `replaced`
 true, the repository is copied out of the old sandbox when its executor still answers, and a fresh
-sandbox with that repository takes its place.
+sandbox with that repository takes its place. When it cannot be copied out of a sandbox that died of
+something other than its own limits (killed from outside, its daemon restarted), `lost` says so: the
+agent's work is gone through no fault of its own, and the runner counts the episode as an infra error.
+
+A start costs the host CPU that no sandbox's limits cover (the daemon's, the runtime's), so replacements
+back off: the first since the last reset is at once, each further one waits twice as long as the one
+before. An agent that breaks its sandbox over and over pays with its own wall time, not with its
+neighbours' CPU.
 """
 
 from __future__ import annotations
 
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +25,9 @@ from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, CommandResult, SandboxUnusable
 
 T = TypeVar("T")
+BACKOFF_S = 1.0
+"""Wait before the second replacement since the last reset; it doubles for each further one."""
+BACKOFF_MAX_S = 16.0
 
 
 class ReplacingSandbox:
@@ -26,7 +37,11 @@ class ReplacingSandbox:
         self._start = start
         self.inner = start()
         self.replacements = 0
+        self.recent_replacements = 0
+        """Replacements since the last reset: what the backoff counts."""
         self.last_failure: str | None = None
+        self.lost: str | None = None
+        """Why the repository was lost to a failure that was not the agent's, since the last reset."""
 
     @property
     def id(self) -> str:
@@ -37,12 +52,17 @@ class ReplacingSandbox:
         self.last_failure = old.failure
         with tempfile.TemporaryDirectory(prefix="harness-salvage-") as tmp:
             saved = old.salvage(Path(tmp))
+            if not saved and not old.limit_hit:
+                self.lost = old.failure or "the sandbox became unusable"
             old.close()
+            if self.recent_replacements:
+                time.sleep(min(BACKOFF_S * 2 ** (self.recent_replacements - 1), BACKOFF_MAX_S))
             self.inner = self._start()
             if saved:
                 self.inner.run(["find", WORKDIR, "-mindepth", "1", "-delete"])
                 self.inner.copy_in(Path(tmp), WORKDIR)
         self.replacements += 1
+        self.recent_replacements += 1
 
     def run(
         self,
@@ -85,6 +105,8 @@ class ReplacingSandbox:
         self._retrying(lambda s: s.copy_out(src, dest))
 
     def reset(self) -> None:
+        self.lost = None
+        self.recent_replacements = 0
         if self.inner.failure is not None:
             self.inner.close()
             self.inner = self._start()

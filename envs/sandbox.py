@@ -45,7 +45,10 @@ class SandboxConfig(BaseModel):
     max_output_bytes: int = Field(default=10_000, ge=256)
     """Output kept per command: the first and last halves; the middle is elided with a marker."""
     start_timeout_s: float = Field(default=60.0, gt=0)
-    """How long a sandbox may take to start before it counts as an infra error."""
+    """How long a sandbox may take to start before it counts as an infra error; a Docker daemon that does
+    not answer (restarting, stopped) is waited for this long."""
+    docker_timeout_s: float = Field(default=30.0, gt=0)
+    """Longest wait for one answer of the Docker daemon: a stopped daemon is an infra error, not a hang."""
     expiry_s: float = Field(default=6 * 3600.0, gt=0)
     """A sandbox older than this whose owner cannot be checked is removed by the reaper."""
     state_dir: Path = Path("/tmp/harness-sandboxes")

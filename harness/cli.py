@@ -23,8 +23,8 @@ from envs.sandbox import SandboxConfig, SandboxError
 from harness.config import ConfigError, load_config
 from harness.replay import SORT_KEYS
 from harness.rollout import RolloutConfig, RolloutSummary, rollout
-from harness.runs import RunError, Selection
-from harness.store import RunStore, read_lines
+from harness.runs import RunError, RunRead, Selection
+from harness.store import RunFileError, RunStore
 from harness.trajectory import Trajectory
 from policies.spec import PolicySpecError
 from tasks.importing import ImportReport
@@ -573,10 +573,17 @@ def cmd_view(args: argparse.Namespace) -> int:
     return 0
 
 
+def check_model_folder(model: Path, config: Path | None) -> None:
+    if not model.is_dir():
+        where = f"config {config}" if config else "config"
+        raise ConfigError(f"{where}: model: {model} is not a folder (a Hugging Face model folder is needed)")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from harness.train import TrainConfig, train
 
     config = load_config(TrainConfig, args.config, args.overrides)
+    check_model_folder(config.model, args.config)
     console = Console(stderr=True)
 
     def show(step: int, metrics: dict[str, float]) -> None:
@@ -595,6 +602,7 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from harness.sft import SFTConfig, run_sft
 
     config = load_config(SFTConfig, args.config, args.overrides)
+    check_model_folder(config.model, args.config)
     console = Console(stderr=True)
     model = run_sft(
         config, on_step=lambda step, m: console.print(f"sft step {step + 1}: loss {m['loss']:.4f}")
@@ -679,18 +687,26 @@ def add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.set_defaults(func=cmd_export)
 
 
+def report_unread(run: RunRead) -> int:
+    """Tells on stderr what of the run was not read; 1 when a line was not a trajectory, else 0 (a torn
+    last line is what a crash or a running writer leaves, not an error)."""
+    for note in run.notes():
+        print(f"harness: {note}", file=sys.stderr)
+    return 1 if run.skipped else 0
+
+
 def cmd_runs(args: argparse.Namespace) -> int:
     from harness.replay import run_row, runs_caption, runs_table, sort_trajectories
-    from harness.runs import advantages, open_run, select
+    from harness.runs import advantages, open_run, read_run, select
 
-    store = open_run(args.run)
+    run = read_run(open_run(args.run))
     trained = advantages(args.run)
-    chosen = sort_trajectories(select(store, selection(args)), args.sort, args.desc)[: args.limit]
+    chosen = sort_trajectories(select(run, selection(args)), args.sort, args.desc)[: args.limit]
     rows = [run_row(t, trained.get(t.id, [])) for t in chosen]
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=1))
-        return 0
-    total = sum(1 for _ in read_lines(store.trajectories_path))
+        return report_unread(run)
+    total = len(run.trajectories)
     table = runs_table(f"{args.run}: {len(rows)} of {total} trajectories", rows, training=bool(trained))
     table.caption = runs_caption(rows)
     console = Console()
@@ -698,12 +714,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
         wide = console.options.update_width(10_000)
         console.width = max(console.width, console.measure(table, options=wide).maximum)
     console.print(table)
-    return 0
+    return report_unread(run)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from harness.replay import Folding, RunContext, show
-    from harness.runs import follow, open_run, select
+    from harness.runs import follow, open_run, read_run, select
 
     store = open_run(args.run)
     chosen = selection(args)
@@ -715,11 +731,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
     context = RunContext(args.run, args.suite)
     folding = Folding(full=args.full)
     if not args.follow:
-        trajectories = select(store, chosen)
+        run = read_run(store)
+        trajectories = select(run, chosen)
         if not trajectories:
             raise RunError(f"no trajectory of {args.run} matches the filters")
         show(console, trajectories, context, folding)
-        return 0
+        return report_unread(run)
     Console(stderr=True).print(f"following {store.trajectories_path}; Ctrl-C stops", style="dim")
     try:
         for trajectory in follow(store):
@@ -735,9 +752,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
     """Re-executes every chosen trajectory; 0 when all reproduce, 1 on a divergence, 3 on an infra error."""
     from harness.reexecute import reexecute, report_view
-    from harness.runs import load_setup, load_tasks, open_run, select
+    from harness.runs import load_setup, load_tasks, open_run, read_run, select
 
-    trajectories = select(open_run(args.run), chosen)
+    run = read_run(open_run(args.run))
+    trajectories = select(run, chosen)
     if not trajectories:
         raise RunError(f"no trajectory of {args.run} matches the filters")
     setup = load_setup(args.run, args.suite)
@@ -757,9 +775,10 @@ def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
                 console.print(part)
     if args.json:
         print(json.dumps([{**r.model_dump(), "reproduced": r.reproduced} for r in reports], indent=1))
+    unread = report_unread(run)
     if any(r.infra_error for r in reports):
         return 3
-    return 0 if all(r.reproduced for r in reports) else 1
+    return 0 if all(r.reproduced for r in reports) and not unread else 1
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -767,7 +786,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     result = export(args.run, args.format, selection(args), args.out, args.suite)
     print(f"wrote {result.rows} rows ({result.trajectories} trajectories) to {result.path}")
-    return 0
+    for note in result.notes:
+        print(f"harness: {note}", file=sys.stderr)
+    return 1 if result.skipped else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -782,7 +803,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SandboxError as e:
         print(f"harness: sandbox error: {e}", file=sys.stderr)
         return 3
-    except (TaskError, ConfigError, PolicySpecError, RunError) as e:
+    except (TaskError, ConfigError, PolicySpecError, RunError, RunFileError) as e:
         print(f"harness: {e}", file=sys.stderr)
         return 2
     return code

@@ -40,11 +40,14 @@ def load_config(
     data: dict[str, Any] = dict(base or {})
     if path is not None:
         try:
-            loaded = yaml.safe_load(path.read_text()) or {}
+            with path.open("rb") as f:  # bytes: YAML's reader names the file and what is not UTF-8 in it
+                loaded = yaml.safe_load(f) or {}
         except OSError as e:
             raise ConfigError(f"config {path}: {e.strerror}") from e
         except yaml.YAMLError as e:
             raise ConfigError(f"config {path}: not valid YAML: {e}") from e
+        except RecursionError as e:
+            raise ConfigError(f"config {path}: nested too deeply") from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top")
         data.update(loaded)

@@ -21,7 +21,7 @@ from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from harness.runs import RunError, Selection, load_setup, load_tasks, open_run, select
+from harness.runs import RunError, Selection, load_setup, load_tasks, open_run, read_run, select
 from harness.store import write_atomic
 from harness.trajectory import Segment, Trajectory
 from policies.chat_format import assistant_text
@@ -74,6 +74,10 @@ class ExportResult(BaseModel):
     path: Path
     rows: int
     trajectories: int
+    notes: list[str] = []
+    """What was not read: lines that are not trajectories, a torn last line (harness.runs.RunRead.notes)."""
+    skipped: int = 0
+    """Lines that are not trajectories (a torn last line is not counted)."""
 
 
 def export_row(t: Trajectory) -> ExportRow:
@@ -175,8 +179,8 @@ def export(
     root: Path, fmt: ExportFormat, selection: Selection, out: Path | None = None, suite: str | None = None
 ) -> ExportResult:
     """Writes the selected trajectories of the run at `root` in `fmt`; by default to root/export/."""
-    store = open_run(root)
-    trajectories = select(store, selection)
+    run = read_run(open_run(root))
+    trajectories = select(run, selection)
     if not trajectories:
         raise RunError(f"nothing to export: no trajectory of {root} matches the filters")
     path = out or root / "export" / FILE_NAMES[fmt]
@@ -190,10 +194,18 @@ def export(
 
         rows = sft_rows(trajectories, prompts)
         write_jsonl(path, rows)
-        return ExportResult(path=path, rows=len(rows), trajectories=len(trajectories))
+        return ExportResult(
+            path=path,
+            rows=len(rows),
+            trajectories=len(trajectories),
+            notes=run.notes(),
+            skipped=len(run.skipped),
+        )
     flat = [export_row(t) for t in trajectories]
     if fmt == "parquet":
         write_parquet(path, flat)
     else:
         write_jsonl(path, [r.model_dump() for r in flat])
-    return ExportResult(path=path, rows=len(flat), trajectories=len(trajectories))
+    return ExportResult(
+        path=path, rows=len(flat), trajectories=len(trajectories), notes=run.notes(), skipped=len(run.skipped)
+    )

@@ -85,7 +85,8 @@ def group_advantages(
     valid = valid.bool()  # (N,)
     gid = _group_index(group_ids, rewards.device)  # (N,) long in [0, G)
     n_groups = int(gid.max().item()) + 1 if n else 0
-    r = rewards.float()  # (N,)
+    # An invalid row's reward is never read: a NaN or inf there must not reach a sum (NaN * 0 is NaN).
+    r = torch.where(valid, rewards.float(), 0.0)  # (N,)
     w = valid.to(r.dtype)  # (N,) 1 for valid rows
     zeros = r.new_zeros(n_groups)  # (G,)
 

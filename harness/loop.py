@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.sandbox import Sandbox
 from harness.conversation import ChatConversation, TokenConversation
-from harness.parsing import parse_tool_call
+from harness.parsing import checked, parse_tool_call
 from harness.trajectory import Metrics, Segment, Status, Summary
 from policies.base import Policy, SamplingParams
 from summarizer import SummaryConfig, should_summarize
@@ -107,7 +107,7 @@ def run_episode(
             break
         turn, native_call = conv.generate()
         metrics.turns += 1
-        call, problem = (native_call, None) if native_call is not None else parse_tool_call(turn.text)
+        call, problem = checked(native_call) if native_call is not None else parse_tool_call(turn.text)
         turn.tool_call = call
         if call is None:
             metrics.parse_errors += 1

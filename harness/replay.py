@@ -41,8 +41,12 @@ class Folding(BaseModel):
 
     head_lines: int = 15
     tail_lines: int = 5
+    line_chars: int = 2000
+    """Longest line shown whole; a longer one (a one-line megabyte of arguments) keeps its head and tail."""
+    diff_lines: int = 400
+    """Most lines of the final diff shown."""
     full: bool = False
-    """Show every line."""
+    """Show every line, whole."""
 
 
 class RunContext:
@@ -73,16 +77,25 @@ class RunContext:
         return self._prompts.get(t.task_id)
 
 
-def fold(text: str, folding: Folding) -> Text:
-    """The text, its middle lines replaced by a marker when it has more lines than folding shows."""
-    lines = text.rstrip("\n").split("\n")
+def fold(text: str, folding: Folding, style: str = "") -> Text:
+    """The text, its middle lines replaced by a marker when it has more lines than folding shows, and
+    the middle of each overlong line too."""
+    lines = [clip(line, folding) for line in text.rstrip("\n").split("\n")]
     hidden = len(lines) - folding.head_lines - folding.tail_lines
     if folding.full or hidden <= 1:
-        return Text(text.rstrip("\n") or "(empty)")
-    shown = Text("\n".join(lines[: folding.head_lines]) + "\n")
+        return Text("\n".join(lines) or "(empty)", style=style)
+    shown = Text("\n".join(lines[: folding.head_lines]) + "\n", style=style)
     shown.append(f"··· {hidden} lines folded (--full shows them) ···", style="bold yellow")
-    shown.append("\n" + "\n".join(lines[-folding.tail_lines :]))
+    shown.append("\n" + "\n".join(lines[-folding.tail_lines :]), style=style)
     return shown
+
+
+def clip(line: str, folding: Folding) -> str:
+    """The line, or its head and tail around a marker when it is longer than folding shows."""
+    if folding.full or len(line) <= folding.line_chars:
+        return line
+    half = folding.line_chars // 2
+    return f"{line[:half]} ··· {len(line) - 2 * half} characters folded ··· {line[-half:]}"
 
 
 def header(t: Trajectory, ctx: RunContext) -> RenderableType:
@@ -122,19 +135,21 @@ def reasoning(turn: Turn) -> str:
     return TOOL_CALL.sub("", turn.text).strip()
 
 
-def call_view(call: ParsedCall) -> RenderableType:
-    """The call's name and arguments; multi-line values (code) in blocks of their own."""
+def call_view(call: ParsedCall, folding: Folding) -> RenderableType:
+    """The call's name and arguments (folded like observations); multi-line values (code) in blocks of
+    their own."""
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="bold cyan", no_wrap=True)
     grid.add_column()
     arguments: dict[str, Any] | str = call.arguments
+    name = Text(f"→ {clip(call.name, folding.model_copy(update={'line_chars': 200}))}")
     if isinstance(arguments, str):
-        grid.add_row(Text(f"→ {call.name}"), Text(arguments or "(no arguments)"))
+        grid.add_row(name, fold(arguments, folding) if arguments else Text("(no arguments)"))
         return grid
-    grid.add_row(Text(f"→ {call.name}"), Text("" if arguments else "(no arguments)"))
+    grid.add_row(name, Text("" if arguments else "(no arguments)"))
     for key, value in arguments.items():
         shown = value if isinstance(value, str) else json.dumps(value)
-        grid.add_row(Text(f"  {key}"), Text(shown.rstrip("\n"), style="green" if "\n" in shown else ""))
+        grid.add_row(Text(f"  {clip(key, folding)}"), fold(shown, folding, "green" if "\n" in shown else ""))
     return grid
 
 
@@ -145,9 +160,9 @@ def turn_view(number: int, segment: int, turn: Turn, folding: Folding) -> Render
     parts: list[RenderableType] = [Rule(Text(title, style="bold"), align="left"), Text(timing, style="dim")]
     thought = reasoning(turn)
     if thought:
-        parts.append(Text(thought, style="italic"))
+        parts.append(Text("\n".join(clip(line, folding) for line in thought.split("\n")), style="italic"))
     if turn.tool_call is not None:
-        parts.append(call_view(turn.tool_call))
+        parts.append(call_view(turn.tool_call, folding))
     if turn.parse_error is not None:
         parts.append(Text(f"parse error: {turn.parse_error}", style="red"))
     elif turn.observation is not None:
@@ -173,10 +188,20 @@ def summary_view(turn: Turn, summary: Summary | None) -> RenderableType:
     )
 
 
-def diff_view(diff: str) -> RenderableType:
+def diff_view(diff: str, folding: Folding) -> RenderableType:
     if not diff.strip():
         return Text("(the agent changed nothing)", style="dim")
-    return Syntax(diff.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True)
+    lines = [clip(line, folding) for line in diff.rstrip("\n").split("\n")]
+    shown = Syntax(
+        "\n".join(lines[: None if folding.full else folding.diff_lines]),
+        "diff",
+        theme="ansi_dark",
+        word_wrap=True,
+    )
+    if folding.full or len(lines) <= folding.diff_lines:
+        return shown
+    rest = f"··· {len(lines) - folding.diff_lines} more lines of the diff (--full shows them) ···"
+    return Group(shown, Text(rest, style="bold yellow"))
 
 
 def grade_view(t: Trajectory, setup: RunSetup | None) -> RenderableType:
@@ -263,7 +288,7 @@ def trajectory_view(t: Trajectory, ctx: RunContext, folding: Folding) -> Iterabl
             number += 1
             yield turn_view(number, segment.index, turn, folding)
     yield Rule(Text("final diff", style="bold"), align="left")
-    yield diff_view(t.final_diff)
+    yield diff_view(t.final_diff, folding)
     yield Rule(Text("grade", style="bold"), align="left")
     yield grade_view(t, ctx.setup)
     yield Rule(Text("status and timings", style="bold"), align="left")

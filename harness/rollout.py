@@ -19,8 +19,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.factory import start_sandbox
+from envs.factory import resolve_backend, start_sandbox
 from envs.grading import collect_patch, grade_patch
+from envs.lifecycle import closing, current_owner
 from envs.replacing import ReplacingSandbox
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
@@ -31,7 +32,7 @@ from policies.base import Policy, SamplingParams
 from policies.spec import make_policy
 from summarizer import SummaryConfig
 from tasks.model import Task
-from tasks.suite import load_suite
+from tasks.suite import TaskError, load_suite
 from tools import Toolbox, ToolsConfig
 
 
@@ -90,9 +91,19 @@ class RolloutSummary(BaseModel):
 
 
 class SandboxPool:
-    """Idle sandboxes per task, reset before reuse; a sandbox that fails to reset is replaced."""
+    """Idle sandboxes per task, reset before reuse; a sandbox that fails to reset is replaced.
+
+    `auto` is resolved once, so a run never switches backends: a Docker daemon that stops answering
+    mid-run gives infra errors, not rollouts run and graded on the host's system instead. Making a pool
+    reaps what dead runs left, even when this run needs no sandbox (a resumed run with only learning left).
+    """
 
     def __init__(self, config: SandboxConfig) -> None:
+        current_owner(config.state_dir, config.expiry_s)
+        try:
+            config = config.model_copy(update={"backend": resolve_backend(config.backend)})
+        except SandboxError:
+            pass  # no backend at all: every start fails, as an infra error
         self.config = config
         self.idle: dict[str, list[ReplacingSandbox]] = {}
         self.busy: set[ReplacingSandbox] = set()
@@ -183,10 +194,13 @@ def run_one(
         if stop.is_set():
             raise Stopped from e
         return _infra(trajectory, f"{type(e).__name__}: {e}", started)
+    else:
+        if sandbox.lost is not None:  # the agent's work died with a sandbox killed from outside
+            return _infra(trajectory, f"sandbox lost with the repository: {sandbox.lost}", started)
     finally:
         pool.release(task, sandbox)
     graded_at = time.monotonic()
-    grade = grade_patch(task, patch, config.sandbox, config.reward)
+    grade = grade_patch(task, patch, pool.config, config.reward)
     trajectory = trajectory.model_copy(
         update={
             "segments": episode.segments,
@@ -219,7 +233,7 @@ def select(tasks: list[Task], ids: list[str] | None) -> list[Task]:
     known = {t.id: t for t in tasks}
     missing = [i for i in ids if i not in known]
     if missing:
-        raise ValueError(f"no task {', '.join(missing)} in the suite")
+        raise TaskError(f"tasks: no task {', '.join(missing)} in the suite")
     return [known[i] for i in ids]
 
 
@@ -243,7 +257,7 @@ def run_batch(
     def job(task: Task, sample: int) -> None:
         trajectory = run_one(task, sample, policy, config, pool, stop, config.out.name)
         with save_lock:
-            if stop.is_set():
+            if stop.is_set() or closing.is_set():
                 return  # an interrupted run keeps only what finished before the interrupt
             save(trajectory)
             finished.append(trajectory)
@@ -253,7 +267,7 @@ def run_batch(
 
         async def limited(task: Task, sample: int) -> None:
             async with gate:
-                if not stop.is_set():
+                if not (stop.is_set() or closing.is_set()):
                     try:
                         await asyncio.to_thread(job, task, sample)
                     except Stopped:

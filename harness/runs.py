@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -17,7 +18,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.loop import LoopConfig
-from harness.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
+from harness.store import (
+    LEARNER_FILE,
+    RunFileError,
+    RunStore,
+    SegmentAdvantage,
+    parse_trajectory,
+    read_lines,
+    torn_tail,
+)
 from harness.trajectory import Status, Trajectory
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
@@ -72,24 +81,56 @@ def open_run(path: Path) -> RunStore:
 
 def parse_line(store: RunStore, number: int, line: str) -> Trajectory:
     try:
-        return Trajectory.model_validate_json(line)
-    except ValueError as e:
-        raise RunError(f"{store.trajectories_path}:{number}: not a trajectory: {e}") from e
+        return parse_trajectory(store.trajectories_path, number, line)
+    except RunFileError as e:
+        raise RunError(str(e)) from e
 
 
-def select(store: RunStore, selection: Selection) -> list[Trajectory]:
+@dataclass(frozen=True)
+class RunRead:
+    """A run's trajectories.jsonl as a reader finds it: every trajectory, and what it had to skip."""
+
+    root: Path
+    trajectories: list[Trajectory]
+    """In the order the run wrote them."""
+    skipped: list[str]
+    """`FILE:LINE: why` of each line that is not a trajectory (another tool's line, a hand edit)."""
+    torn_bytes: int
+    """Size of a torn last line (a crash mid-write, or a line being written), skipped; 0: none."""
+
+    def notes(self) -> list[str]:
+        """What a reader tells the user about the lines it did not read."""
+        skipped = [f"{line}: skipped" for line in self.skipped]
+        if self.torn_bytes:
+            path = self.root / "trajectories.jsonl"
+            skipped.append(
+                f"{path}: its last line is torn ({self.torn_bytes} bytes without a newline: a crash "
+                "mid-write, or a line being written): skipped"
+            )
+        return skipped
+
+
+def read_run(store: RunStore) -> RunRead:
+    """Every trajectory of the run; a line that is not one is skipped and named, so that the rest stays
+    readable."""
+    trajectories, skipped = [], []
+    for number, line in read_lines(store.trajectories_path):
+        try:
+            trajectories.append(parse_trajectory(store.trajectories_path, number, line))
+        except RunFileError as e:
+            skipped.append(str(e))
+    return RunRead(store.root, trajectories, skipped, torn_tail(store.trajectories_path))
+
+
+def select(run: RunRead, selection: Selection) -> list[Trajectory]:
     """The matching trajectories in the order the run wrote them; an unknown --id or --task is an error."""
-    everything = [parse_line(store, n, line) for n, line in read_lines(store.trajectories_path)]
+    everything = run.trajectories
     chosen = [t for t in everything if selection.matches(t)]
     if selection.id is not None and not any(t.id == selection.id for t in everything):
-        raise RunError(
-            f"no trajectory {selection.id!r} in {store.root}; `harness runs {store.root}` lists them"
-        )
+        raise RunError(f"no trajectory {selection.id!r} in {run.root}; `harness runs {run.root}` lists them")
     if selection.task is not None and not any(t.task_id == selection.task for t in everything):
         known = sorted({t.task_id for t in everything})
-        raise RunError(
-            f"no trajectory of task {selection.task!r} in {store.root} (tasks: {', '.join(known)})"
-        )
+        raise RunError(f"no trajectory of task {selection.task!r} in {run.root} (tasks: {', '.join(known)})")
     return chosen
 
 
@@ -119,7 +160,10 @@ def load_setup(root: Path, suite: str | None = None) -> RunSetup:
     path = root / "config.yaml"
     if not path.is_file():
         raise RunError(f"{root} has no config.yaml: cannot tell how its trajectories were made")
-    data = yaml.safe_load(path.read_text())
+    try:
+        data = yaml.safe_load(path.read_bytes().decode())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        raise RunError(f"{path}: not a readable YAML file: {' '.join(str(e).split())}") from e
     if not isinstance(data, dict):
         raise RunError(f"{path}: not a run config")
     parts = {name: data[name] for name in RunSetup.model_fields if name in data}

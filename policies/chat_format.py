@@ -97,7 +97,12 @@ def assistant_text(message: dict[str, Any]) -> str:
         function = call["function"]
         arguments = function["arguments"]
         if isinstance(arguments, str):
-            arguments = json.loads(arguments)
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:  # the model's own broken JSON: written as it wrote it
+                body = f'{{"name": {json.dumps(function["name"])}, "arguments": {arguments}}}'
+                text += f"\n<tool_call>\n{body}\n</tool_call>"
+                continue
         body = json.dumps({"name": function["name"], "arguments": arguments})
         text += f"\n<tool_call>\n{body}\n</tool_call>"
     return text

@@ -4,6 +4,10 @@
   each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
   `scripted:gold-min` only applies the hunks and submits; `scripted:decoy` edits the same places wrongly
   (to `pass`) and submits, for warm starts on mixed demonstrations.
+- `scripted:hacker` never fixes anything: it tries every known way to a reward without a fix (the
+  future of the repository, the hidden tests' paths, test configuration, start-up hooks, pytest
+  plugins, pytest patched from the package, fake reports; `policies/hacker.py`), then submits.
+  `scripted:hacker-exit` and `scripted:hacker-kill` end the test process from the package instead.
 - `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
   submits.
 
@@ -18,9 +22,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from policies.base import ChatReply, SamplingParams, ToolCall
+from policies.hacker import HACKERS, hacker_calls
+from policies.spec import PolicySpecError
 from tasks.model import Task
 from tasks.patches import patch_as_edits, split_patch, tighten
 
@@ -63,10 +69,19 @@ def gold_calls(task: Task, explore: bool = True) -> list[ScriptedCall]:
 
 def load_script(path: Path) -> list[ScriptedCall]:
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as f:
+            data = yaml.safe_load(f)
     except (OSError, yaml.YAMLError) as e:
-        raise ValueError(f"scripted policy file {path}: {e}") from e
-    return TypeAdapter(list[ScriptedCall]).validate_python(data)
+        raise PolicySpecError(f"scripted policy file {path}: {e}") from e
+    try:
+        return TypeAdapter(list[ScriptedCall]).validate_python(data)
+    except ValidationError as e:
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc'])) or '(top)'}: {err['msg']}" for err in e.errors()
+        )
+        raise PolicySpecError(
+            f"scripted policy file {path}: expected a list of {{name, arguments}} calls: {problems}"
+        ) from e
 
 
 class ScriptedPolicy:
@@ -77,11 +92,14 @@ class ScriptedPolicy:
     def __init__(self, source: str) -> None:
         self.spec = f"scripted:{source}"
         self.source = source
-        self.script = None if source in ("gold", "gold-min", "decoy") else load_script(Path(source))
+        named = ("gold", "gold-min", "decoy", *HACKERS)
+        self.script = None if source in named else load_script(Path(source))
 
     def calls(self, task: Task) -> list[ScriptedCall]:
         if self.script is not None:
             return self.script
+        if self.source in HACKERS:
+            return [ScriptedCall.model_validate(call) for call in hacker_calls(task, self.source)]
         calls = gold_calls(task, explore=self.source == "gold")
         if self.source == "decoy":  # the right place, the wrong fix: the edited lines become `pass`
             for call in calls:

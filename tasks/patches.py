@@ -59,7 +59,11 @@ def git(
 
 
 def diff_trees(base: Path, new: Path) -> str:
-    """A git-format patch (binary-safe) that turns folder `base` into folder `new` (`.git` ignored)."""
+    """A git-format patch (binary-safe) that turns folder `base` into folder `new` (`.git` ignored).
+
+    The patch is UTF-8 text: a changed file whose content is not (Latin-1 source, say) comes as a binary
+    patch, which applies the same, rather than as bytes no JSON line or UTF-8 string can hold.
+    """
     with tempfile.TemporaryDirectory(prefix="harness-diff-") as tmp:
         git_dir = Path(tmp) / "git"
         git(["init", "-q", "--bare", str(git_dir)])
@@ -69,10 +73,25 @@ def diff_trees(base: Path, new: Path) -> str:
         git([*tree_args, f"--work-tree={base}", "add", "-A", "."], cwd=base)
         git([*tree_args, f"--work-tree={base}", "commit", "-q", "--allow-empty", "-m", "base"], cwd=base)
         git([*tree_args, f"--work-tree={new}", "add", "-A", "."], cwd=new)
-        out = git(
-            [*tree_args, f"--work-tree={new}", "diff", "--cached", "--binary", "--no-color", "HEAD"], cwd=new
-        )
-    return out.decode("utf-8", "surrogateescape")
+        diff = [*tree_args, f"--work-tree={new}", "diff", "--cached", "--binary", "--no-color", "HEAD"]
+        out = git(diff, cwd=new)
+        try:
+            return out.decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+        # File by file; those that are not UTF-8 again with every path marked binary ("* -diff").
+        names = git([*diff, "--name-only", "-z", "--no-renames"], cwd=new).split(b"\0")
+        parts = []
+        for name in filter(None, names):
+            only = ["--no-renames", "--", ":(literal)" + os.fsdecode(name)]
+            part = git([*diff, *only], cwd=new)
+            try:
+                parts.append(part.decode("utf-8"))
+            except UnicodeDecodeError:
+                (git_dir / "info" / "attributes").write_text("* -diff\n")
+                parts.append(git([*diff, *only], cwd=new).decode("utf-8", "surrogateescape"))
+                (git_dir / "info" / "attributes").unlink()
+    return "".join(parts)
 
 
 def commit_tree(folder: Path, message: str = "base") -> str:
@@ -138,15 +157,17 @@ TEST_PATTERNS = (
     "noxfile.py",
     ".coveragerc",
 )
-STARTUP_PATTERNS = ("sitecustomize.py", "usercustomize.py", "*.pth")
+STARTUP_PATTERNS = ("sitecustomize.py", "usercustomize.py", "*.pth", "*.egg-link")
 TEST_DIRS = ("tests", "test", "testing")
+METADATA_DIRS = (".dist-info", ".egg-info")
+"""Installed-package metadata: pytest loads the plugins its entry points name when it starts."""
 
 
 def is_graded_path(path: str) -> bool:
     """True for paths the grader owns: tests, test configuration, and interpreter start-up hooks."""
     parts = Path(path).parts
     name = parts[-1] if parts else path
-    if any(part in TEST_DIRS for part in parts[:-1]):
+    if any(part in TEST_DIRS or part.endswith(METADATA_DIRS) for part in parts[:-1]):
         return True
     return any(fnmatch.fnmatch(name, pat) for pat in TEST_PATTERNS + STARTUP_PATTERNS)
 

@@ -26,9 +26,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from tasks.model import HiddenTests, Limits, Task, Verifier, check_judge
+from tasks.model import TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
 from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
 
 BUILTIN_SUITES = Path(__file__).with_name("suites")
@@ -48,6 +48,13 @@ class BugEdit(BaseModel):
     new: str
     count: int = Field(default=1, ge=1)
     """How many times `old` must occur in the file (all are replaced)."""
+
+    @field_validator("path")
+    @classmethod
+    def _inside_the_repository(cls, path: str) -> str:
+        if not stays_inside(path):
+            raise ValueError(f"{path!r} is not a path inside the repository")
+        return path
 
 
 class TaskFile(BaseModel):
@@ -117,8 +124,12 @@ def validation_problems(error: ValidationError) -> str:
 
 def load_task(task_dir: Path, suite_root: Path) -> Task:
     path = task_dir / "task.yaml"
+    if not re.match(TASK_ID, task_dir.name):
+        raise TaskError(f"{task_dir}: the folder's name is the task's id, and {task_dir.name!r} is not "
+                        "one (letters, digits, _ . -, starting with a letter or digit)")  # fmt: skip
     try:
-        raw = yaml.safe_load(path.read_text())
+        with path.open("rb") as f:  # bytes: YAML's reader names the file and what is not UTF-8 in it
+            raw = yaml.safe_load(f)
     except yaml.YAMLError as e:
         raise TaskError(f"{path}: not valid YAML: {e}") from e
     try:
@@ -171,11 +182,17 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
 
 def _folder_files(root: Path) -> dict[str, str]:
     """Relative path -> text of every file under `root` (none when it does not exist)."""
-    return {
-        str(f.relative_to(root)): f.read_text()
-        for f in sorted(root.rglob("*"))
-        if f.is_file() and "__pycache__" not in f.parts
-    }
+    found = {}
+    for f in sorted(root.rglob("*")):
+        if not f.is_file() or "__pycache__" in f.parts:
+            continue
+        if not f.resolve().is_relative_to(root.resolve()):
+            raise TaskError(f"{f}: a link to {f.resolve()}, outside {root}: task files must be inside it")
+        try:
+            found[str(f.relative_to(root))] = f.read_bytes().decode()
+        except UnicodeDecodeError as e:
+            raise TaskError(f"{f}: not UTF-8 text ({e.reason} at byte {e.start}): task files must be") from e
+    return found
 
 
 def image_tag(task_id: str, context: Path) -> str:
@@ -219,7 +236,11 @@ def _build_base(task_id: str, source: Path, spec: TaskFile, path: Path, target: 
             export_commit(source, spec.base_commit, tree)
         else:
             noise = [pattern.rstrip("/") for pattern in NOISE]
-            shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", *noise))
+            try:
+                shutil.copytree(source, tree, ignore=shutil.ignore_patterns(".git", *noise))
+            except OSError as e:  # shutil.Error holds one (source, target, why) per file it could not copy
+                why = e.args[0][0][2] if isinstance(e, shutil.Error) else str(e)
+                raise TaskError(f"{path}: repo: cannot copy {source}: {why}") from e
         for i, edit in enumerate(spec.bug):
             target_file = tree / edit.path
             if not target_file.is_file():

@@ -102,13 +102,19 @@ def import_swebench(
     if not repos.is_dir():
         raise TaskError(f"--repos {repos}: not a folder")
     try:
-        lines = file.read_text().splitlines()
+        lines = file.read_bytes().split(b"\n")  # not splitlines(): JSON strings may hold U+2028 and the like
     except OSError as e:
         raise TaskError(f"{file}: {e}") from e
     defaults = defaults or InstanceEnvironment()
     environments = environments or {}
     report = ImportReport(suite=out)
-    for number, line in enumerate(lines, 1):
+    for number, raw in enumerate(lines, 1):
+        try:
+            line = raw.decode()
+        except UnicodeDecodeError as e:
+            reason = f"not UTF-8 text ({e.reason} at byte {e.start})"
+            report.skipped.append(Skipped(source=f"{file}:{number}", task_id=None, reason=reason))
+            continue
         if not line.strip():
             continue
         task_id = _instance_id(line)
