@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import socket
 import tempfile
 import threading
@@ -156,8 +157,9 @@ def state_dir() -> Iterator[Path]:
     """The run's own state folder (short: a socket path has at most 107 bytes)."""
     path = Path(tempfile.mkdtemp(prefix="esc-", dir="/tmp"))
     yield path
-    for entry in path.rglob("*"):
-        assert MARKER not in entry.name, f"a sandbox wrote {entry} into the run's state folder"
+    written = [entry for entry in path.rglob("*") if MARKER in entry.name]
+    shutil.rmtree(path, ignore_errors=True)
+    assert written == [], f"sandboxes wrote into the run's state folder: {written}"
 
 
 @pytest.fixture(scope="module", autouse=True)
