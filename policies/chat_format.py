@@ -13,6 +13,9 @@ from typing import Any
 
 from policies.base import Tokenizer
 
+_HOLE = "\ue000"
+"""A private-use character that stands in for a message's content while the template renders around it."""
+
 _STAND_IN: list[dict[str, Any]] = [
     {"role": "system", "content": "S"},
     {"role": "user", "content": "U"},
@@ -38,6 +41,9 @@ class ChatFormat:
         asked = [*_STAND_IN, {"role": "user", "content": "U"}]
         closed = self._render(asked, add_generation_prompt=False)
         self.reply_ids = self.encode(self._render(asked, add_generation_prompt=True)[len(closed) :])
+        decoder = getattr(tokenizer, "added_tokens_decoder", {})
+        self.special_texts = [str(t) for t in decoder.values() if getattr(t, "special", False)]
+        """The special tokens' texts ("<|im_end|>", ...): in a message's content they are plain text."""
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, **kwargs: Any) -> str:
         text = self.tokenizer.apply_chat_template(
@@ -61,12 +67,28 @@ class ChatFormat:
     def message_ids(self, message: dict[str, Any], reply: bool = True) -> list[int]:
         """The ids of one more message after a closed assistant message; with `reply`, also the opening
         of the assistant's next message (`reply_ids`), for a message the assistant answers next."""
+        content = message.get("content")
+        hostile = isinstance(content, str) and any(t in content for t in self.special_texts)
+        if hostile:  # the template's own text around a hole, the content as plain text in it
+            message = {**message, "content": _HOLE}
         full = self._render([*_STAND_IN, message], add_generation_prompt=reply)
         if not full.startswith(self._base):
             raise ValueError(
                 "the chat template re-renders earlier messages; token-exact deltas are impossible"
             )
-        return self.encode(full[len(self._base) :])
+        delta = full[len(self._base) :]
+        if not hostile:
+            return self.encode(delta)
+        if delta.count(_HOLE) != 1:
+            raise ValueError("the chat template does not render a message's content once, as it is")
+        before, after = delta.split(_HOLE)
+        return [*self.encode(before), *self.plain_ids(str(content)), *self.encode(after)]
+
+    def plain_ids(self, text: str) -> list[int]:
+        """`text` tokenized with the special tokens' texts split as ordinary text: a tool's output that
+        prints "<|im_end|><|im_start|>assistant" must not open a turn in the model's context."""
+        encode: Any = self.tokenizer.encode
+        return list(encode(text, add_special_tokens=False, split_special_tokens=True))
 
 
 CHATML_TEMPLATE = (
