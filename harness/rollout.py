@@ -292,8 +292,7 @@ def rollout(
     """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
     tasks = select(load_suite(config.suite), config.tasks)
     store = RunStore(config.out)
-    store.create(config)
-    done = store.done()
+    done = {(t.task_id, t.sample_index) for t in store.create(config)}
     jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
     count = 0
     if on_progress is not None:

@@ -85,12 +85,12 @@ class RunStore:
         self.metrics_path = root / "metrics.jsonl"
         self.learner_path = root / LEARNER_FILE
 
-    def create(self, config: BaseModel | dict[str, Any]) -> None:
-        """Makes the folder and writes the resolved config (atomically). A run continued must hold only
-        trajectories (a torn last line aside, which is cut): else RunFileError, and nothing is written."""
+    def create(self, config: BaseModel | dict[str, Any]) -> list[Trajectory]:
+        """Makes the folder and writes the resolved config (atomically); returns the trajectories a continued
+        run already holds. It must hold only trajectories (a torn last line aside, which is cut): else
+        RunFileError, and nothing is written."""
         try:
-            for _ in self.trajectories():
-                pass
+            found = list(self.trajectories())
         except RunFileError as e:
             raise RunFileError(
                 f"{e}. A run is continued only on its own trajectories: move that line out of the file "
@@ -101,6 +101,7 @@ class RunStore:
         write_atomic(self.root / "config.yaml", yaml.safe_dump(data, sort_keys=False).encode())
         for path in (self.trajectories_path, self.metrics_path):
             cut_torn_tail(path)
+        return found
 
     def append_trajectory(self, trajectory: Trajectory) -> int:
         """Appends one trajectory line and fsyncs it; returns the bytes written. A string that cannot be

@@ -177,7 +177,8 @@ def _lead(
     """The whole run on one process, or rank 0's part of it: everything but the learner's other shares."""
     tasks = select(load_suite(config.suite), config.tasks)
     store = RunStore(config.out)
-    store.create(config)
+    # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
+    saved = {(t.task_id, t.sample_index): t for t in store.create(config)}
     checkpoints = config.out / "checkpoints"
     weights_at = found / "model" if found else config.model
     policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
@@ -198,8 +199,6 @@ def _lead(
     pool = SandboxPool(config.sandbox)
     rollout_config = config.rollout_config()
     cluster = _cluster(rollout_config, policy, start, server, config)
-    # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
-    saved = {(t.task_id, t.sample_index): t for t in store.trajectories()}
     steps = range(start, config.steps)
     plan = _plan(order, tasks, config.tasks_per_step, steps)
     stop = threading.Event()
