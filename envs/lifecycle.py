@@ -196,9 +196,12 @@ def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
 
 def _may_be_starting(run_dir: Path) -> bool:
     """A folder without an owner record: a run that is writing it (young, its pid alive), or one that a
-    `kill -9` stopped before it could."""
-    if time.time() - run_dir.stat().st_mtime >= 60:
-        return False
+    `kill -9` stopped before it could. A folder that another run's reaper removed meanwhile is left to it."""
+    try:
+        if time.time() - run_dir.stat().st_mtime >= 60:
+            return False
+    except FileNotFoundError:
+        return True
     pid = run_dir.name[1:].partition("-")[0]  # run ids are rPID-HEX
     return not pid.isdigit() or psutil.pid_exists(int(pid))
 

@@ -185,3 +185,41 @@ def test_runs_starting_together_reap_the_same_leftovers_without_failing(
     assert sum(report.containers for report in reports) >= (4 if backend == "docker" else 0)
     assert leftovers(state_dir, dead.run_id) == NOTHING
     assert not (state_dir / dead.run_id).exists()
+
+
+REAPER = """
+import sys
+from pathlib import Path
+
+from envs.lifecycle import reap
+
+sys.stdin.readline()  # every reaper starts at once
+print(reap(Path(sys.argv[1])).run_dirs, flush=True)
+"""
+
+
+def test_reapers_racing_over_folders_without_owner_records_never_fail(tmp_path: Path) -> None:
+    """Runs killed before they wrote an owner record leave bare folders; reapers of runs that start
+    together find each one gone under their feet (once a Ray worker died of it at start-up)."""
+    state_dir = tmp_path / "state"
+    for i in range(3000):  # pid 0 is no run's: every folder is a dead run's
+        (state_dir / f"r0-{i:08x}").mkdir(parents=True)
+    reapers = [
+        subprocess.Popen(
+            [sys.executable, "-c", REAPER, str(state_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for reaper in reapers:
+        assert reaper.stdin is not None
+        reaper.stdin.write("go\n")
+        reaper.stdin.flush()
+    results = [reaper.communicate(timeout=120) for reaper in reapers]
+
+    assert [reaper.returncode for reaper in reapers] == [0] * 4, [err for _, err in results]
+    assert sum(int(out) for out, _ in results) >= 3000  # a folder two reapers removed counts twice
+    assert list(state_dir.iterdir()) == []
