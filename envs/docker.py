@@ -140,20 +140,32 @@ def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
     return None
 
 
+_copies: dict[tuple[Path, Path], tuple[list[tuple[str, int, int, int]], Path]] = {}
+_copies_lock = threading.Lock()
+
+
 def readable_source(source: Path, run_dir: Path) -> Path:
     """`source` when the sandbox's unprivileged user can read all of it, else a readable copy.
 
     A bind mount keeps the host's modes, so a folder private to root (tempfile.mkdtemp makes those)
-    would be unreadable inside the container.
+    would be unreadable inside the container. The copy is made once per run and shared by the run's
+    sandboxes of that source (they mount it read-only), until the source changes.
     """
-    if all(_world_readable(p) for p in (source, *source.rglob("*"))):
+    entries = [source, *source.rglob("*")]
+    if all(_world_readable(p) for p in entries):
         return source
-    copy = run_dir / f"source-{uuid.uuid4().hex[:8]}"
-    shutil.copytree(source, copy, symlinks=True)
-    for p in (copy, *copy.rglob("*")):
-        if not p.is_symlink():
-            p.chmod(p.stat().st_mode | (0o555 if p.is_dir() else 0o444))
-    return copy
+    stamp = [(str(p), st.st_mode, st.st_size, st.st_mtime_ns) for p in entries for st in [p.lstat()]]
+    with _copies_lock:  # sandboxes of one task start together: one copy for all of them
+        known = _copies.get((source, run_dir))
+        if known is not None and known[0] == stamp and known[1].is_dir():
+            return known[1]
+        copy = run_dir / f"source-{uuid.uuid4().hex[:8]}"
+        shutil.copytree(source, copy, symlinks=True)
+        for p in (copy, *copy.rglob("*")):
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | (0o555 if p.is_dir() else 0o444))
+        _copies[(source, run_dir)] = (stamp, copy)  # an older copy stays: a running sandbox mounts it
+        return copy
 
 
 def _world_readable(path: Path) -> bool:

@@ -47,7 +47,8 @@ class ReplacingSandbox:
     def id(self) -> str:
         return self.inner.id
 
-    def _replace(self) -> None:
+    def _replace(self) -> bool:
+        """Starts a fresh sandbox in place of the broken one; True when the repository was carried over."""
         old = self.inner
         self.last_failure = old.failure
         with tempfile.TemporaryDirectory(prefix="harness-salvage-") as tmp:
@@ -63,6 +64,7 @@ class ReplacingSandbox:
                 self.inner.copy_in(Path(tmp), WORKDIR)
         self.replacements += 1
         self.recent_replacements += 1
+        return saved
 
     def run(
         self,
@@ -80,7 +82,7 @@ class ReplacingSandbox:
                 exit_code=None, output="", timed_out=False, truncated=False, duration_s=0.0, failure=str(e)
             )
         if result.failure is not None:
-            self._replace()
+            result.carried_over = self._replace()
             result.replaced = True
         return result
 

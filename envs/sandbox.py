@@ -70,7 +70,9 @@ class CommandResult(BaseModel):
     failure: str | None = None
     """Why the sandbox became unusable during this command (pids or memory exhausted, died), if it did."""
     replaced: bool = False
-    """The sandbox was replaced by a fresh one after this command (the workspace was carried over)."""
+    """The sandbox was replaced by a fresh one after this command."""
+    carried_over: bool = False
+    """The replaced sandbox's repository was copied into the fresh one (else it is at the task's start)."""
 
     @property
     def ok(self) -> bool:

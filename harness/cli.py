@@ -700,7 +700,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
     from harness.runs import advantages, open_run, read_run, select
 
     run = read_run(open_run(args.run))
-    trained = advantages(args.run)
+    trained = advantages(args.run, run.skipped)
     chosen = sort_trajectories(select(run, selection(args)), args.sort, args.desc)[: args.limit]
     rows = [run_row(t, trained.get(t.id, [])) for t in chosen]
     if args.json:
@@ -732,21 +732,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
     folding = Folding(full=args.full)
     if not args.follow:
         run = read_run(store)
+        run.skipped.extend(context.skipped)
         trajectories = select(run, chosen)
         if not trajectories:
             raise RunError(f"no trajectory of {args.run} matches the filters")
         show(console, trajectories, context, folding)
         return report_unread(run)
     Console(stderr=True).print(f"following {store.trajectories_path}; Ctrl-C stops", style="dim")
+    skipped = list(context.skipped)
+    for line in skipped:
+        print(f"harness: {line}: skipped", file=sys.stderr)
+
+    def skip(line: str) -> None:
+        skipped.append(line)
+        print(f"harness: {line}: skipped", file=sys.stderr, flush=True)
+
     try:
-        for trajectory in follow(store):
+        for trajectory in follow(store, on_skip=skip):
             if chosen.matches(trajectory):
                 show(console, [trajectory], context, folding)
                 if chosen.id is not None:
-                    return 0
+                    break
     except KeyboardInterrupt:
         pass
-    return 0
+    return 1 if skipped else 0
 
 
 def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:

@@ -55,7 +55,9 @@ class RunContext:
     def __init__(self, root: Path, suite: str | None = None) -> None:
         self.root = root
         self.suite = suite
-        self.advantages = advantages(root)
+        self.skipped: list[str] = []
+        """`FILE:LINE: why` of each line of learner.jsonl that is not a learner line."""
+        self.advantages = advantages(root, self.skipped)
         try:
             self.setup: RunSetup | None = load_setup(root, suite)
         except RunError:  # replay shows what it can without the run's config

@@ -6,9 +6,8 @@ Shared by `harness runs`, `harness replay` (views and re-execution) and `harness
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from harness.store import (
     RunFileError,
     RunStore,
     SegmentAdvantage,
+    line_problem,
     parse_trajectory,
     read_lines,
     torn_tail,
@@ -79,13 +79,6 @@ def open_run(path: Path) -> RunStore:
     return store
 
 
-def parse_line(store: RunStore, number: int, line: str) -> Trajectory:
-    try:
-        return parse_trajectory(store.trajectories_path, number, line)
-    except RunFileError as e:
-        raise RunError(str(e)) from e
-
-
 @dataclass(frozen=True)
 class RunRead:
     """A run's trajectories.jsonl as a reader finds it: every trajectory, and what it had to skip."""
@@ -134,8 +127,11 @@ def select(run: RunRead, selection: Selection) -> list[Trajectory]:
     return chosen
 
 
-def follow(store: RunStore, poll_s: float = 0.3) -> Iterator[Trajectory]:
-    """Every trajectory of the run, then each new one as it is written; runs until interrupted."""
+def follow(
+    store: RunStore, poll_s: float = 0.3, on_skip: Callable[[str], None] | None = None
+) -> Iterator[Trajectory]:
+    """Every trajectory of the run, then each new one as it is written; runs until interrupted. A line that
+    is not a trajectory is skipped, and `on_skip` gets `FILE:LINE: why`."""
     offset, number = 0, 0
     while True:
         if store.trajectories_path.exists():
@@ -146,8 +142,15 @@ def follow(store: RunStore, poll_s: float = 0.3) -> Iterator[Trajectory]:
             offset += len(complete)
             for raw in complete.splitlines():
                 number += 1
-                if raw.strip():
-                    yield parse_line(store, number, raw.decode())
+                if not raw.strip():
+                    continue
+                try:
+                    yield parse_trajectory(
+                        store.trajectories_path, number, raw.decode("utf-8", "surrogateescape")
+                    )
+                except RunFileError as e:
+                    if on_skip is not None:
+                        on_skip(str(e))
         time.sleep(poll_s)
 
 
@@ -183,13 +186,16 @@ def load_tasks(setup: RunSetup) -> dict[str, Task]:
         raise RunError(f"{e}; give the run's suite with --suite") from e
 
 
-def advantages(root: Path) -> dict[str, list[SegmentAdvantage]]:
-    """Trajectory id -> its trained segments (training runs; empty for rollout runs)."""
+def advantages(root: Path, skipped: list[str] | None = None) -> dict[str, list[SegmentAdvantage]]:
+    """Trajectory id -> its trained segments (training runs; empty for rollout runs). A line that is not a
+    learner line is skipped, so that the rest stays readable; `FILE:LINE: why` of each goes to `skipped`."""
     found: dict[str, list[SegmentAdvantage]] = {}
     for number, line in read_lines(root / LEARNER_FILE):
         try:
-            entry = SegmentAdvantage.model_validate(json.loads(line))
-        except ValueError as e:
-            raise RunError(f"{root / LEARNER_FILE}:{number}: not a learner line: {e}") from e
+            entry = SegmentAdvantage.model_validate_json(line)
+        except ValidationError as e:
+            if skipped is not None:
+                skipped.append(f"{root / LEARNER_FILE}:{number}: {line_problem(e, 'learner line')}")
+            continue
         found.setdefault(entry.trajectory_id, []).append(entry)
     return found

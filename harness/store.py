@@ -46,8 +46,8 @@ class RunFileError(ValueError):
     """A line of a run file that is not what it should be; the message names the file and the line."""
 
 
-def line_problem(error: ValidationError) -> str:
-    """Why a line is not a trajectory, on one line."""
+def line_problem(error: ValidationError, kind: str = "trajectory") -> str:
+    """Why a line is not a `kind` (a trajectory, a learner line), on one line."""
     errors = error.errors()
     if errors and errors[0]["type"] == "json_invalid":
         return f"not JSON ({errors[0]['msg'].removeprefix('Invalid JSON: ')})"
@@ -55,7 +55,7 @@ def line_problem(error: ValidationError) -> str:
         return "not UTF-8 text"
     shown = "; ".join(f"{'.'.join(map(str, e['loc'])) or '(top)'}: {e['msg']}" for e in errors[:3])
     more = f" (and {len(errors) - 3} more)" if len(errors) > 3 else ""
-    return f"not a trajectory: {shown}{more}"
+    return f"not a {kind}: {shown}{more}"
 
 
 def parse_trajectory(path: Path, number: int, line: str) -> Trajectory:

@@ -25,8 +25,13 @@ def command_observation(result: CommandResult) -> Observation:
         parts.append(f"exit code {result.exit_code}")
     if result.failure is not None:
         parts.append(f"the sandbox failed: {result.failure}")
-    if result.replaced:
+    if result.replaced and result.carried_over:
         parts.append("the sandbox was replaced by a fresh one: files were kept, running processes were not")
+    elif result.replaced:
+        parts.append(
+            "the sandbox was replaced by a fresh one: its files could not be copied out, so the repository "
+            "is back at the task's start state; running processes were not kept"
+        )
     return Observation(text="\n\n".join(parts), is_error=result.timed_out or result.failure is not None)
 
 

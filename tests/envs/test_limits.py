@@ -19,6 +19,7 @@ from envs.docker import DockerIsolation
 from envs.remote import ExecutorSandbox
 from envs.replacing import ReplacingSandbox
 from envs.sandbox import SandboxUnusable
+from tools.commands import command_observation
 
 MakeSandbox = Callable[..., ExecutorSandbox]
 
@@ -240,7 +241,8 @@ def test_a_bombed_sandbox_is_replaced_with_the_edits_carried_over(
     result = sandbox.run(bomb, timeout=5)
 
     assert result.failure is not None
-    assert result.replaced
+    assert result.replaced and result.carried_over
+    assert "files were kept" in command_observation(result).text
     assert sandbox.replacements == 1 and sandbox.last_failure == result.failure
     assert sandbox.id != first
     assert sandbox.run("echo fresh").output == "fresh\n"
@@ -286,7 +288,8 @@ def test_a_sandbox_killed_from_outside_is_replaced(make_sandbox: MakeSandbox) ->
     result = sandbox.run("echo hello")
 
     assert result.failure is not None
-    assert result.replaced
+    assert result.replaced and not result.carried_over
+    assert "back at the task's start state" in command_observation(result).text
     assert sandbox.run("echo hello").output == "hello\n"
     assert sandbox.run("cat README.md").output == "# sample\n"
     assert sandbox.run("test -e lost.txt").exit_code == 1

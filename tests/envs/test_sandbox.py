@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from envs.docker import readable_source
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxError, SandboxUnusable
 
@@ -297,3 +298,26 @@ def harness_mounts_under_tmp(sandbox: ExecutorSandbox) -> set[str]:
     if sandbox.backend != "bwrap":
         return set()
     return {Path(d).relative_to("/tmp").parts[0] for d in python_dirs() if d.startswith("/tmp/")}
+
+
+def test_a_private_source_is_copied_once_per_run_and_again_when_it_changes(tmp_path: Path) -> None:
+    """Docker mounts a source its unprivileged user cannot read as a readable copy, shared by the run's
+    sandboxes instead of one copy per start (thousands of starts filled the disk)."""
+    source = tmp_path / "source"
+    (source / "pkg").mkdir(parents=True)
+    (source / "pkg" / "mod.py").write_text("x = 1\n")
+    source.chmod(0o700)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+
+    copies = {readable_source(source, run_dir) for _ in range(5)}
+
+    assert len(copies) == 1 and list(run_dir.iterdir()) == list(copies)
+    copy = copies.pop()
+    assert (copy / "pkg" / "mod.py").read_text() == "x = 1\n" and copy.stat().st_mode & 0o005 == 0o005
+    (source / "pkg" / "mod.py").write_text("x = 22\n")
+    changed = readable_source(source, run_dir)
+    assert changed != copy and (changed / "pkg" / "mod.py").read_text() == "x = 22\n"
+    assert (copy / "pkg" / "mod.py").read_text() == "x = 1\n"  # a sandbox may still mount the old one
+    source.chmod(0o755)
+    assert readable_source(source, run_dir) == source

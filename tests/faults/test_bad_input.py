@@ -23,7 +23,7 @@ import pytest
 
 from harness.parsing import parse_tool_call
 from harness.rollout import RolloutConfig, rollout
-from harness.store import RunStore, torn_tail
+from harness.store import RunStore, SegmentAdvantage, torn_tail
 from harness.trajectory import Trajectory
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.model import Task
@@ -432,6 +432,32 @@ def test_a_run_with_a_bad_line_is_not_continued_and_is_left_as_it_was(
         Case(name, args, [CORRUPTIONS[name][2], "A run is continued only on its own trajectories"], 2, proc)
     )
     assert (run / "trajectories.jsonl").read_bytes() == before
+
+
+def test_a_foreign_line_in_learner_jsonl_is_named_and_the_other_advantages_are_shown(
+    clean_run: Path, tmp_path: Path
+) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(clean_run, run)
+    ids = [t.id for t in RunStore(clean_run).trajectories()]
+    lines = [
+        SegmentAdvantage(step=1, trajectory_id=ids[0], segment=0, advantage=0.5, learner_logprobs=[-0.1]),
+        OTHER_TOOL,
+        SegmentAdvantage(step=1, trajectory_id=ids[1], segment=0, advantage=-0.5, learner_logprobs=[-0.2]),
+    ]
+    write(
+        run / "learner.jsonl", "".join(x if isinstance(x, str) else x.model_dump_json() + "\n" for x in lines)
+    )
+    says = f"harness: {run / 'learner.jsonl'}:2: not JSON"
+
+    runs = run_cli(["runs", str(run), "--json"])
+    replay = run_cli(["replay", str(run), "--id", ids[1]])
+
+    for proc in (runs, replay):
+        assert "Traceback" not in proc.stderr and proc.returncode == 1 and says in proc.stderr, proc.stderr
+    shown = {row["id"]: row["advantage"] for row in json.loads(runs.stdout)}
+    assert shown == {i: {ids[0]: 0.5, ids[1]: -0.5}.get(i) for i in ids}
+    assert ids[1] in replay.stdout
 
 
 def test_train_resume_on_a_run_with_a_foreign_line_is_refused(clean_run: Path, tmp_path: Path) -> None:

@@ -161,12 +161,18 @@ def test_follow_shows_trajectories_as_the_run_writes_them(
             assert "mini-001/7" not in screen.read_text()
             f.write(later[100:] + "\n")
         wait_for(screen, "status and timings", 2)  # the end of the second trajectory
+        third = trajectory.model_copy(update={"id": "mini-001/8", "sample_index": 8}).model_dump_json()
+        with run_file.open("a") as f:  # another tool's line is named and skipped; following goes on
+            f.write("2026-11-30 04:00:00 INFO watcher: synced\n" + third + "\n")
+        wait_for(screen, "status and timings", 3)
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
+        assert proc.wait(timeout=10) == 1  # a line was skipped
     finally:
         proc.kill()
     text = screen.read_text()
-    assert "mini-001/7  task mini-001" in text and text.count("final diff") == 2 and "Traceback" not in text
+    assert "mini-001/7  task mini-001" in text and "mini-001/8  task mini-001" in text
+    assert f"harness: {run_file}:3: not JSON" in text and text.count("final diff") == 3
+    assert "Traceback" not in text
 
 
 def wait_for(path: Path, text: str, times: int, timeout_s: float = 60) -> None:
