@@ -4,7 +4,8 @@ The attackers run fork bombs, memory bombs, disk fills and output floods without
 harness's `ReplacingSandbox` (a bombed sandbox is replaced, as in a rollout). The others do honest work:
 cheap steps (`cat`, `python3 -c`) with a pause between them, as an agent waiting for its model does; then,
 still under attack, the sample repository's tests and a real grading of a built-in task. Measured in one
-process, in windows alone and under attack taken in turns (so that load from outside weighs on both):
+process, in windows alone and under attack taken in turns (so that load from outside weighs on both; a
+round of them is taken again, up to 3 in all, while other processes keep the machine busy):
 
 - the honest steps' median latency under attack over alone: under 2;
 - the host's available memory, free disk and process count, sampled all along: never down by more than
@@ -67,6 +68,9 @@ LATENCY_RATIO_LIMIT = 2.0
 QUIET_SHARE = 0.25
 """Outside CI, the latency ratio is checked when processes outside the fleet took less than this share of
 the cores while the fleet was alone."""
+MEASUREMENTS = 3
+"""Rounds of alternating windows at most: another is taken while processes outside the fleet keep the
+machine busy (a burst of other work), and the quietest round is the one measured."""
 GRADINGS = 1
 """Gradings of a built-in task's gold patch run under attack, each in a fresh sandbox."""
 TESTED_SHARE = 16
@@ -343,6 +347,21 @@ def alternate(fleet: Fleet) -> Windows:
     return windows
 
 
+def outside_load(windows: Windows) -> float:
+    """Cores that processes outside the fleet took while it was alone."""
+    return statistics.mean(windows.outside["alone"])
+
+
+def measure(fleet: Fleet, cores: int) -> tuple[Windows, list[float]]:
+    """The quietest of up to `MEASUREMENTS` rounds of `alternate`, and each round's outside load."""
+    rounds = []
+    for _ in range(MEASUREMENTS):
+        rounds.append(alternate(fleet))
+        if outside_load(rounds[-1]) < QUIET_SHARE * cores:
+            break
+    return min(rounds, key=outside_load), [outside_load(w) for w in rounds]
+
+
 def grade_under_attack(
     fleet: Fleet, task: Task, config: SandboxConfig
 ) -> tuple[list[Grade], list[CommandResult]]:
@@ -389,7 +408,7 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
         try:
             for thread in threads:
                 thread.start()
-            windows = alternate(fleet)
+            windows, loads = measure(fleet, cores)
             measured_s = time.monotonic() - began - started_s
             graded, tested = grade_under_attack(fleet, task, config)
             graded_s = time.monotonic() - began - started_s - measured_s
@@ -405,7 +424,7 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
     wall_s = time.monotonic() - began
     kills = oom_kills_since(since)
 
-    outside_load = statistics.mean(windows.outside["alone"])
+    quiet = outside_load(windows) < QUIET_SHARE * cores
     medians = {}
     for kind in STEPS:
         alone, attacked = (fleet.latencies(kind, windows.spans[w]) for w in ("alone", "attack"))
@@ -434,8 +453,13 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
         )
         + "  machine busy (cores): "
         + ", ".join(f"{w} {statistics.mean(b):.2f}" for w, b in windows.busy.items())
-        + f", of which other processes {outside_load:.2f} alone"
-        + ("" if IN_CI or outside_load < QUIET_SHARE * cores else " (a shared machine: ratio not checked)")
+        + f", of which other processes {outside_load(windows):.2f} alone"
+        + (
+            ""
+            if len(loads) == 1
+            else f" (the quietest of {len(loads)} rounds: {', '.join(f'{x:.2f}' for x in loads)})"
+        )
+        + ("" if IN_CI or quiet else " (a shared machine: ratio not checked)")
         + "\n  attacks (reached the limit / run): "
         + ", ".join(
             f"{k} {v.count('limit')}/{len(v)} (replaced {replaced[k]})" for k, v in fleet.attacks.items()
@@ -462,10 +486,11 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
     # The fleet's isolation is measured against the fleet alone. Where other processes kept the machine
     # busy (a shared workstation), the sandboxes' CPU caps do not bind and the ratio says how loaded the
     # machine was, not how well sandboxes are kept apart; CI has the machine to itself and always checks.
-    if IN_CI or outside_load < QUIET_SHARE * cores:
+    if IN_CI or quiet:
         for kind, (a, b, _, _) in medians.items():
             assert b / a < LATENCY_RATIO_LIMIT, (
-                f"{kind}: {b * 1e3:.1f} ms under attack, {a * 1e3:.1f} ms alone"
+                f"{kind}: {b * 1e3:.1f} ms under attack, {a * 1e3:.1f} ms alone; processes outside the fleet"
+                f" took {', '.join(f'{x:.2f}' for x in loads)} of {cores} cores in the measured rounds"
             )
     assert memory_drop <= limit_memory
     assert all(d <= limit_disk for d in disk_drop.values()), disk_drop
