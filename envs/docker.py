@@ -151,10 +151,10 @@ def readable_source(source: Path, run_dir: Path) -> Path:
     would be unreadable inside the container. The copy is made once per run and shared by the run's
     sandboxes of that source (they mount it read-only), until the source changes.
     """
-    entries = [source, *source.rglob("*")]
-    if all(_world_readable(p) for p in entries):
+    entries = [(p, p.lstat()) for p in (source, *source.rglob("*"))]
+    if all(_world_readable(st.st_mode) for _, st in entries):
         return source
-    stamp = [(str(p), st.st_mode, st.st_size, st.st_mtime_ns) for p in entries for st in [p.lstat()]]
+    stamp = [(str(p), st.st_mode, st.st_size, st.st_mtime_ns) for p, st in entries]
     with _copies_lock:  # sandboxes of one task start together: one copy for all of them
         known = _copies.get((source, run_dir))
         if known is not None and known[0] == stamp and known[1].is_dir():
@@ -168,8 +168,7 @@ def readable_source(source: Path, run_dir: Path) -> Path:
         return copy
 
 
-def _world_readable(path: Path) -> bool:
-    mode = path.lstat().st_mode
+def _world_readable(mode: int) -> bool:
     if stat.S_ISLNK(mode):
         return True
     need = stat.S_IROTH | stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH

@@ -739,14 +739,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         show(console, trajectories, context, folding)
         return report_unread(run)
     Console(stderr=True).print(f"following {store.trajectories_path}; Ctrl-C stops", style="dim")
-    skipped = list(context.skipped)
-    for line in skipped:
-        print(f"harness: {line}: skipped", file=sys.stderr)
+    skipped: list[str] = []
 
     def skip(line: str) -> None:
         skipped.append(line)
         print(f"harness: {line}: skipped", file=sys.stderr, flush=True)
 
+    for line in context.skipped:
+        skip(line)
     try:
         for trajectory in follow(store, on_skip=skip):
             if chosen.matches(trajectory):
