@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from envs.sandbox import SandboxConfig
-from harness.cluster import NAMESPACE, ClusterRollouts
+from harness.cluster import ClusterRollouts, start_local_ray
 from harness.loop import LoopConfig
 from harness.rollout import RolloutConfig, SandboxPool, run_batch
 from harness.train import TrainConfig, train
@@ -127,7 +127,7 @@ def main() -> int:
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
     model = build_tiny_model(root / "tiny")
-    ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, _node_ip_address="127.0.0.1")
+    start_local_ray(num_cpus=2)
     runs: dict[str, list[dict[str, float]]] = {}
     try:
         for repeat in range(args.repeats):  # interleaved, so background load weighs on all alike

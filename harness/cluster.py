@@ -14,6 +14,7 @@ Ray is imported only here, and this module only when `cluster.address` is set.
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 import time
@@ -38,6 +39,11 @@ POLL_S = 0.5
 """How often the driver looks at the stop event while it waits for trajectories."""
 
 
+LOOPBACK_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+"""Ray turns a node address of 127.0.0.1 into the machine's network address and binds its servers there,
+unless clusters are switched off, as on macOS: then every server of a local cluster listens on loopback."""
+
+
 def import_ray() -> Any:
     try:
         import ray
@@ -46,6 +52,19 @@ def import_ray() -> Any:
             "cluster.address is set but Ray is not installed: pip install 'coding-harness[ray]'"
         ) from e
     return ray
+
+
+def start_local_ray(**options: Any) -> str:
+    """Starts a Ray cluster of this machine alone, every server of it on 127.0.0.1, and returns its address.
+
+    The processes Ray starts inherit LOOPBACK_ENV; this process reads it too, even if Ray was imported
+    before. A cluster meant to span machines is started with `ray start`, not here."""
+    ray = import_ray()
+    os.environ.update(LOOPBACK_ENV)
+    ray._private.ray_constants.ENABLE_RAY_CLUSTER = False
+    options = {"include_dashboard": False, "namespace": NAMESPACE, **options}
+    ray.init(address="local", _node_ip_address="127.0.0.1", **options)
+    return str(ray.get_runtime_context().gcs_address)
 
 
 def worker_name(run: str, index: int) -> str:
@@ -144,7 +163,9 @@ class ClusterRollouts:
         self.config = config
         self.make_policy = make_policy
         self.owns_ray = not self.ray.is_initialized()
-        if self.owns_ray:
+        if self.owns_ray and config.cluster.address == "local":
+            start_local_ray()
+        elif self.owns_ray:
             self.ray.init(address=config.cluster.address, namespace=NAMESPACE)
         slots = config.cluster.worker_concurrency
         # One thread more than episodes, so in_flight / load_state_dict answer while episodes run.

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import ray
 
-from harness.cluster import NAMESPACE, worker_name
+from harness.cluster import NAMESPACE, start_local_ray, worker_name
 from harness.store import RunStore
 from harness.train import train
 from tests.harness.test_train_async import async_config, trained_staleness
@@ -21,7 +21,7 @@ from tests.harness.test_train_async import async_config, trained_staleness
 
 @pytest.fixture(scope="module")
 def local_ray() -> Iterator[None]:
-    ray.init(num_cpus=2, include_dashboard=False, namespace=NAMESPACE, _node_ip_address="127.0.0.1")
+    start_local_ray(num_cpus=2)
     yield
     ray.shutdown()
 

@@ -160,8 +160,9 @@ def test_under_torchrun_rank_0_rolls_out_asynchronously_or_on_ray_workers(
     else:  # a Ray cluster on loopback, started here; rank 0 joins it as a driver
         import ray
 
-        ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1")
-        address = ray.get_runtime_context().gcs_address
+        from harness.cluster import start_local_ray
+
+        address = start_local_ray(num_cpus=2)
         cluster = run.cluster.model_copy(update={"address": address, "workers": 2})
         run = run.model_copy(update={"cluster": cluster})
     try:
