@@ -18,6 +18,8 @@ from tasks.model import Task
 
 CHARS_PER_TOKEN = 4
 """Estimate for chat policies whose server reports no usage (scripted ones)."""
+SEEDS_PER_EPISODE = 1_000_003
+"""The n-th generation of the episode with seed s is sampled with seed s * SEEDS_PER_EPISODE + n."""
 
 
 class TokenConversation:
@@ -74,7 +76,7 @@ class TokenConversation:
         self.generations += 1
         params = self.params.model_copy(
             update={
-                "seed": self.seed * 1_000_003 + self.generations,
+                "seed": self.seed * SEEDS_PER_EPISODE + self.generations,
                 "max_new_tokens": max_new_tokens or self.params.max_new_tokens,
             }
         )

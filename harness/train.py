@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
@@ -51,6 +51,7 @@ from harness.distributed import Processes
 from harness.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.loop import LoopConfig
 from harness.rollout import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
+from harness.scripted_tokens import ScriptedTokens
 from harness.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
 from harness.trajectory import Trajectory
 from policies.base import SamplingParams, TokenPolicy
@@ -105,6 +106,12 @@ class TrainConfig(BaseModel):
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model, or
     on the `sampler` servers."""
+    script: Literal["gold-or-decoy"] | None = None
+    """Instead of sampling, the policy plays scripted fixes as its own tokens, with its own log-probs: the
+    gold fix or a wrong one, and sometimes a message with no tool call first, chosen by each episode's seed
+    (`harness/scripted_tokens.py`). Every machine gets the same trajectories and rewards, so tests and
+    demonstrations of the training path do not depend on what a tiny model happens to sample. In-process,
+    synchronous runs only."""
     device: str = "auto"
     """Where the model, the in-process sampler and the KL reference live: `auto` (CUDA when there is a GPU,
     else the CPU), `cpu`, `cuda` or `cuda:N`. Under torchrun `auto` and `cuda` mean cuda:LOCAL_RANK."""
@@ -122,6 +129,14 @@ class TrainConfig(BaseModel):
             if backend != "tito":
                 raise ValueError(f"{value!r}: the sampler must be a token server, tito:MODEL@URL")
         return value
+
+    @model_validator(mode="after")
+    def _script_in_process(self) -> TrainConfig:
+        if self.script is not None and (self.sampler or self.cluster.address or self.mode != "sync"):
+            raise ValueError(
+                "script plays in-process and synchronously: leave sampler, cluster.address and mode"
+            )
+        return self
 
     def rollout_config(self) -> RolloutConfig:
         return RolloutConfig(
@@ -183,7 +198,7 @@ def _lead(
     weights_at = found / "model" if found else config.model
     policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
     server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
-    sampler: TokenPolicy = server or policy
+    sampler: TokenPolicy = server or (ScriptedTokens(policy, tasks) if config.script else policy)
     order = random.Random(config.seed)
     start = 0
     if saved_state is not None:

@@ -113,8 +113,12 @@ class ScriptedPolicy:
     def respond(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
     ) -> ChatReply:
-        done = self._steps_done(messages)
-        if not tools:  # a self-summary request
+        return self.reply(task, steps_done(messages), summarizing=not tools)
+
+    def reply(self, task: Task, done: int, summarizing: bool) -> ChatReply:
+        """The message after `done` steps of the script: the next call, or a self-summary that records
+        the step for the next segment."""
+        if summarizing:
             return ChatReply(content=f"I ran {done} steps of my script so far. [scripted-step {done}]")
         calls = self.calls(task)
         call = calls[done] if done < len(calls) else ScriptedCall(name="submit")
@@ -123,12 +127,13 @@ class ScriptedPolicy:
             tool_calls=[ToolCall(name=call.name, arguments=call.arguments, id=f"call_{done}")],
         )
 
-    @staticmethod
-    def _steps_done(messages: list[dict[str, Any]]) -> int:
-        resumed = 0
-        for message in messages:
-            if message["role"] == "user":
-                found = STEP_MARK.findall(str(message.get("content", "")))
-                if found:
-                    resumed = int(found[-1])
-        return resumed + sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))
+
+def steps_done(messages: list[dict[str, Any]]) -> int:
+    """Tool calls made so far: those of this segment, after the step its opening summary recorded."""
+    resumed = 0
+    for message in messages:
+        if message["role"] == "user":
+            found = STEP_MARK.findall(str(message.get("content", "")))
+            if found:
+                resumed = int(found[-1])
+    return resumed + sum(1 for m in messages if m["role"] == "assistant" and m.get("tool_calls"))

@@ -106,6 +106,29 @@ def tiny_policy(tiny_model_path: Path) -> HFPolicy:
     return HFPolicy(tiny_model_path)
 
 
+@pytest.fixture(scope="session")
+def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_path: Path) -> Path:
+    """A `harness train` run (bwrap) whose policy plays scripted fixes as its own tokens (`script:
+    gold-or-decoy`): the same trajectories and rewards on every machine, with solved and failed rollouts,
+    parse errors, self-summaries in every trajectory, advantages of both signs, learner.jsonl and a
+    checkpoint. Only the log-probs differ between CPUs."""
+    from harness.train import TrainConfig, train
+
+    require_backend("bwrap")
+    out = tmp_path_factory.mktemp("scripted-train") / "run"
+    config = TrainConfig.model_validate(
+        {
+            "model": str(tiny_model_path), "script": "gold-or-decoy", "suite": "demo", "out": str(out),
+            "steps": 3, "tasks_per_step": 3, "group_size": 4, "concurrency": 2, "seed": 0,
+            "checkpoint_every": 3, "sandbox": {"backend": "bwrap"}, "learner": {"lr": 1e-4},
+            "summary": {"trigger_tokens": 64, "max_summary_tokens": 32},
+            "sampling": {"max_new_tokens": 128, "temperature": 1.0},
+        }
+    )  # fmt: skip
+    train(config)
+    return out
+
+
 SHORT_DEMO = {"grpo_steps": 6, "group_size": 4, "eval_samples": 4}
 """The training demo, shortened for CI: the same warm start, fewer GRPO steps and samples."""
 

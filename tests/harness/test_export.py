@@ -4,17 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import datasets
 
 from harness.store import RunStore
 from summarizer import REQUEST
 from tests.conftest import require_backend
-from tests.harness.test_replay import DEMO_TIMEOUT, harness, rollout
-
-if TYPE_CHECKING:
-    from harness.train_demo import DemoResult
+from tests.harness.test_replay import TRAIN_TIMEOUT, harness, rollout
 
 
 def load(kind: str, path: Path, cache: Path) -> datasets.Dataset:
@@ -29,11 +26,9 @@ def export(run: Path, out: Path, *args: str) -> None:
     assert f"to {out}" in proc.stdout
 
 
-@DEMO_TIMEOUT
-def test_jsonl_and_parquet_hold_one_row_per_trajectory(
-    demo_run: tuple[Path, DemoResult], tmp_path: Path
-) -> None:
-    run = demo_run[0] / "grpo"
+@TRAIN_TIMEOUT
+def test_jsonl_and_parquet_hold_one_row_per_trajectory(scripted_training_run: Path, tmp_path: Path) -> None:
+    run = scripted_training_run
     trajectories = list(RunStore(run).trajectories())
     for kind, fmt in (("json", "jsonl"), ("parquet", "parquet")):
         out = tmp_path / f"all.{fmt}"
@@ -56,11 +51,11 @@ def test_jsonl_and_parquet_hold_one_row_per_trajectory(
         assert load("json", tmp_path / "limit.jsonl", tmp_path / "hf").num_rows == len(limited)
 
 
-@DEMO_TIMEOUT
+@TRAIN_TIMEOUT
 def test_sft_rebuilds_the_conversations_of_token_trajectories(
-    demo_run: tuple[Path, DemoResult], tmp_path: Path
+    scripted_training_run: Path, tmp_path: Path
 ) -> None:
-    run = demo_run[0] / "grpo"
+    run = scripted_training_run
     solved = [t for t in RunStore(run).trajectories() if t.reward >= 1.0]
     out = tmp_path / "sft.jsonl"
     export(run, out, "--format", "sft", "--min-reward", "1")

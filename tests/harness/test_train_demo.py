@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.store import RunStore
 from harness.train_demo import DemoResult
-from harness.trajectory import Trajectory
 
 # The first test to ask for `demo_run` builds it (about 3.5 minutes on 2 idle cores).
 pytestmark = pytest.mark.timeout(1200)
@@ -35,14 +35,10 @@ def test_grpo_raises_the_reward_above_the_first_steps_and_the_warm_start(
     assert result.final_reward > result.baseline_reward, result
 
 
-def test_summaries_happen_in_training_and_are_trained_on(demo_run: tuple[Path, DemoResult]) -> None:
-    out, result = demo_run
-    assert min(result.summaries_per_trajectory) >= 1.0
-    run = out / "grpo"
-    trajectories = {
-        t.id: t
-        for t in map(Trajectory.model_validate_json, (run / "trajectories.jsonl").read_text().splitlines())
-    }
+def test_summaries_happen_in_training_and_are_trained_on(scripted_training_run: Path) -> None:
+    run = scripted_training_run
+    trajectories = {t.id: t for t in RunStore(run).trajectories()}
+    assert min(t.metrics.summaries for t in trajectories.values()) >= 1
     trained_summary_tokens = 0
     later_segments = 0
     for line in map(json.loads, (run / "learner.jsonl").read_text().splitlines()):

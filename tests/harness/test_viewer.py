@@ -1,5 +1,5 @@
 """`harness view`: the JSON endpoints on hand-written runs, the command line, and the page in headless
-Chromium against a real training run (tests/conftest.py `demo_run`).
+Chromium against a real training run (tests/conftest.py `scripted_training_run`).
 
 In CI (CI=true) a missing browser is a failure, not a skip: the end-to-end test must run there.
 """
@@ -38,8 +38,6 @@ from harness.viewer import LEARNER_FILE, STATIC, create_app, find_tokenizer
 if TYPE_CHECKING:
     from selenium.webdriver.remote.webdriver import WebDriver
     from selenium.webdriver.remote.webelement import WebElement
-
-    from harness.train_demo import DemoResult
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "test-artifacts"
@@ -464,20 +462,20 @@ def background(element: WebElement) -> str:
 
 @pytest.mark.timeout(1800)
 def test_the_viewer_in_headless_chromium(
-    demo_run: tuple[Path, DemoResult], browser: WebDriver, tmp_path: Path
+    scripted_training_run: Path, browser: WebDriver, tmp_path: Path
 ) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
 
-    run = demo_run[0] / "grpo"
+    run = scripted_training_run
     with harness_view(run) as served:
         url = served.url
         rows = httpx.get(url + "api/trajectories").json()
         summarized = [r for r in rows if r["summaries"] > 0]
         positive = next((r for r in summarized if r["advantage"] > 0), None)
         negative = next((r for r in summarized if r["advantage"] < 0), None)
-        assert positive and negative, "the demo run needs summarized rollouts of both advantage signs"
+        assert positive and negative, "the run needs summarized rollouts of both advantage signs"
 
         # The list, then a filter that shortens it.
         browser.get(url)
@@ -565,10 +563,10 @@ def test_the_viewer_in_headless_chromium(
 
 @pytest.mark.timeout(1800)
 def test_a_training_run_s_learner_logprobs_line_up_with_the_sampler_s(
-    demo_run: tuple[Path, DemoResult],
+    scripted_training_run: Path,
 ) -> None:
     """Same weights in sampler and learner: a misaligned token would show a weight far from 1."""
-    api = client(demo_run[0] / "grpo")
+    api = client(scripted_training_run)
     rows = [r for r in api.get("/api/trajectories").json() if r["advantage_source"] == "learner"]
     assert rows
     for row in rows[:12]:
