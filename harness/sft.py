@@ -81,6 +81,10 @@ class SFTConfig(BaseModel):
     solved_only: bool = True
     """Train only on demonstrations that solved their task."""
     epochs: int = Field(default=10, ge=1)
+    """Passes over the demonstrations at most."""
+    target_loss: float | None = Field(default=None, gt=0)
+    """Stop after the first epoch whose mean loss is at most this: the demonstrations are learnt. How many
+    epochs that takes varies between machines (their rounding differs); the model it gives does not."""
     rows_per_step: int = Field(default=8, ge=1)
     seed: int = 0
     loop: LoopConfig = Field(default_factory=LoopConfig)
@@ -89,8 +93,13 @@ class SFTConfig(BaseModel):
     learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
 
 
-def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] | None = None) -> Path:
-    """Rolls out the gold script, trains on it, and saves the model to OUT/model; returns that folder."""
+def run_sft(
+    config: SFTConfig,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> Path:
+    """Rolls out the demonstrations, trains on them, and saves the model to OUT/model; returns that folder.
+    `on_epoch` gets each epoch's index and mean loss."""
     trajectories: list[Trajectory] = []
     for script in config.scripts:
         demos = RolloutConfig(
@@ -119,14 +128,20 @@ def run_sft(config: SFTConfig, on_step: Callable[[int, dict[str, float]], None] 
     learner = Learner(policy.model, config.learner, pad_id=pad_id)
     order = random.Random(config.seed)
     step = 0
-    for _ in range(config.epochs):
+    for epoch in range(config.epochs):
         shuffled = list(rows)
         order.shuffle(shuffled)
+        losses = []
         for start in range(0, len(shuffled), config.rows_per_step):
             metrics = learner.sft_step(shuffled[start : start + config.rows_per_step])
+            losses.append(metrics["loss"])
             if on_step is not None:
                 on_step(step, metrics)
             step += 1
+        if on_epoch is not None:
+            on_epoch(epoch, sum(losses) / len(losses))
+        if config.target_loss is not None and sum(losses) / len(losses) <= config.target_loss:
+            break
     out = config.out / "model"
     policy.model.save_pretrained(out, safe_serialization=True)
     policy.tokenizer.save_pretrained(out)  # type: ignore[attr-defined]

@@ -42,7 +42,11 @@ class DemoConfig(BaseModel):
     seed: int = 0
     hidden_size: int = 96
     layers: int = 3
-    sft_epochs: int = 45
+    sft_epochs: int = 200
+    """Warm-start epochs at most."""
+    sft_target_loss: float = 0.01
+    """The warm start stops once an epoch's mean loss is this low: the model then writes well-formed right
+    and wrong fixes alike. A fixed epoch count gave models that wrote broken tool calls on some CPUs."""
     sft_lr: float = 3e-3
     grpo_steps: int = 12
     grpo_lr: float = 5e-4
@@ -67,6 +71,8 @@ class DemoResult(BaseModel):
     rewards: list[float]
     """Mean reward of the rollouts of each GRPO step."""
     summaries_per_trajectory: list[float]
+    warm_start_epochs: int
+    """Epochs the warm start took to reach its target loss (this varies between machines)."""
 
 
 def prompt_tokens(policy: HFPolicy, suite: str) -> int:
@@ -105,15 +111,24 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
     budget = prompt_tokens(HFPolicy(base), "demo") + config.summary_margin_tokens
     summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
+    epochs: list[float] = []
+
+    def epoch_done(epoch: int, loss: float) -> None:
+        epochs.append(loss)
+        if epoch % 10 == 0:
+            console.print(f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f}")
+
+    console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
     sft_model = run_sft(
         SFTConfig(
             model=base, suite="demo", out=config.out / "sft", scripts=["gold-min", "decoy"], solved_only=False,
-            epochs=config.sft_epochs,
+            epochs=config.sft_epochs, target_loss=config.sft_target_loss,
             rows_per_step=4, seed=config.seed, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
             sandbox=sandbox, learner=LearnerConfig(lr=config.sft_lr),
-        )
+        ),
+        on_epoch=epoch_done,
     )  # fmt: skip
-    console.print(f"[bold]2.[/] warm start: {config.sft_epochs} epochs on gold trajectories -> {sft_model}")
+    console.print(f"   warm start: {len(epochs)} epochs, last loss {epochs[-1]:.4f} -> {sft_model}")
     baseline = evaluate(sft_model, config, summary, "eval-warm-start")
     console.print(
         f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
@@ -163,4 +178,5 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         final_reward=final.mean_reward,
         rewards=rewards,
         summaries_per_trajectory=summaries,
+        warm_start_epochs=len(epochs),
     )

@@ -25,6 +25,9 @@ MakeSandbox = Callable[..., ExecutorSandbox]
 
 OBSERVATION_LIMIT = 16 * 1024
 HARNESS_GROWTH_LIMIT = 64 << 20
+HANG_MARGIN_S = 8.0
+"""Slack over the expected time of a kill: the failure it tells apart is a hang of 30 s or more, and a host
+that other work keeps busy delays a sandbox command by seconds, not tens of them."""
 
 
 def processes(sandbox: ExecutorSandbox) -> list[str]:
@@ -96,7 +99,7 @@ def test_a_timed_out_command_dies_with_its_whole_tree(make_sandbox: MakeSandbox,
 
     assert result.timed_out
     assert result.exit_code is None
-    assert wall <= timeout + grace + 2, f"took {wall:.2f}s"
+    assert wall <= timeout + grace + HANG_MARGIN_S, f"took {wall:.2f}s"
     assert result.failure is None  # a timeout is the command's doing, not a broken sandbox
     assert_only_the_executor_left(sandbox)
     if command.startswith("echo before"):
@@ -120,7 +123,7 @@ def test_a_detached_child_of_a_finished_command_is_killed_at_once(
     assert result.exit_code == 0
     assert result.output == "started\n"
     assert not result.timed_out
-    assert wall < 2, f"took {wall:.2f}s"
+    assert wall < HANG_MARGIN_S, f"took {wall:.2f}s"  # not held until the 30 s timeout
     assert_only_the_executor_left(sandbox)
 
 

@@ -81,9 +81,9 @@ def test_run_env_is_added_and_the_host_env_does_not_leak(
 def test_run_stdin(sandbox: ExecutorSandbox) -> None:
     assert sandbox.run("tr a-z A-Z", stdin="hello\nworld\n").output == "HELLO\nWORLD\n"
     # With no stdin given, a command reading it sees end-of-file instead of hanging.
-    result = sandbox.run("cat; echo done", timeout=5)
+    result = sandbox.run("cat; echo done", timeout=30)
     assert result.output == "done\n"
-    assert result.duration_s < 2
+    assert result.duration_s < 10  # not held until the timeout, on a busy host too
 
 
 # ---- files ----------------------------------------------------------------------------------------

@@ -4,10 +4,13 @@ The attackers run fork bombs, memory bombs, disk fills and output floods without
 harness's `ReplacingSandbox` (a bombed sandbox is replaced, as in a rollout). The others do honest work:
 cheap steps (`cat`, `python3 -c`) with a pause between them, as an agent waiting for its model does; then,
 still under attack, the sample repository's tests and a real grading of a built-in task. Measured in one
-process, in windows alone and under attack taken in turns (so that load from outside weighs on both; a
-round of them is taken again, up to 3 in all, while other processes keep the machine busy):
+process, in windows taken in turns (so that load from outside weighs on all alike): the fleet alone; the
+would-be attackers spinning on the CPU within their caps (the reference: neighbours that use what they are
+given and nothing more); under attack. A round of them is taken again, up to 3 in all, while other
+processes keep the machine busy, and the quietest is measured:
 
-- the honest steps' median latency under attack over alone: under 2;
+- the honest steps' median latency under attack over their latency beside spinning neighbours: under
+  1.5, on any host; under attack over alone: under 2, where the machine was otherwise quiet;
 - the host's available memory, free disk and process count, sampled all along: never down by more than
   the sandboxes' configured limits; no container log grows;
 - the kernel's OOM kills: every one inside a sandbox's memory group, none of the harness;
@@ -50,7 +53,6 @@ from envs.replacing import ReplacingSandbox
 from envs.sandbox import CommandResult, SandboxConfig
 from tasks.model import Task
 from tasks.suite import load_suite
-from tests.conftest import IN_CI
 
 FLEET = {"docker": 32, "bwrap": 64}
 ATTACKERS = 4
@@ -62,11 +64,16 @@ HONEST_STEPS_PER_S = 25.0
 """Steps per second of the whole honest fleet: each honest sandbox pauses between steps accordingly."""
 CYCLES = 3
 ALONE_S, ATTACK_S, RAMP_S = 3.0, 4.0, 0.5
-"""Seconds of each window: alone, then under attack, `CYCLES` times, then alone once more."""
+"""Seconds of each window: alone, beside spinning neighbours, under attack, `CYCLES` times, then alone
+once more (the neighbours' windows last ATTACK_S, each after RAMP_S of warm-up)."""
 ATTACK_TIMEOUT_S = 2.0
 LATENCY_RATIO_LIMIT = 2.0
+"""Under attack over alone, checked on a quiet machine."""
+ATTACK_OVER_SPIN_LIMIT = 1.5
+"""Under attack over beside spinning neighbours, checked on any machine: outside load weighs on both
+windows alike (docs/reliability.md, section 3, has the figures measured on loaded and idle hosts)."""
 QUIET_SHARE = 0.25
-"""Outside CI, the latency ratio is checked when processes outside the fleet took less than this share of
+"""The ratio to the fleet alone is checked when processes outside the fleet took less than this share of
 the cores while the fleet was alone."""
 MEASUREMENTS = 3
 """Rounds of alternating windows at most: another is taken while processes outside the fleet keep the
@@ -89,6 +96,8 @@ ATTACKS = {  # the fork bomb forks until its command times out: it surely meets 
     ),
     "output-flood": "cat /dev/urandom",
 }
+SPIN = "python3 -c 'while True:\n    pass'"
+"""What a neighbour that uses its whole CPU cap, and nothing else, runs: the reference for the attacks."""
 DISK_FULL = ("No space left on device", "File too large", "File size limit exceeded")
 OOM_LINE = re.compile(r"^\[\s*(?P<at>[\d.]+)\] oom-kill:(?P<fields>\S+)")
 
@@ -194,6 +203,8 @@ class Fleet:
     """Attacks that did not end the way their kind does."""
     attacks: dict[str, list[str]] = field(default_factory=dict)
     attacking: threading.Event = field(default_factory=threading.Event)
+    """The would-be attackers run: the attacks, or SPIN while `spinning`."""
+    spinning: bool = False
     stop: threading.Event = field(default_factory=threading.Event)
     in_flight: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -220,13 +231,18 @@ class Fleet:
         while not self.stop.is_set():
             if not self.attacking.wait(0.05):
                 continue
+            spinning = self.spinning
             with self.lock:
                 self.in_flight += 1
             try:
-                result = sandbox.run(ATTACKS[kind], timeout=ATTACK_TIMEOUT_S)
+                result = sandbox.run(SPIN if spinning else ATTACKS[kind], timeout=ATTACK_TIMEOUT_S)
             finally:
                 with self.lock:
                     self.in_flight -= 1
+            if spinning:
+                if not result.timed_out or result.failure or result.replaced:
+                    self.odd.append(f"spin: {result.model_dump(exclude={'output'})}")
+                continue
             outcome = attack_outcome(kind, result)
             self.attacks.setdefault(kind, []).append(outcome)
             if outcome == "unexpected":
@@ -312,14 +328,18 @@ def sandbox_cpu_seconds(isolation: object) -> float:
         return 0.0
 
 
+KINDS = ("alone", "spin", "attack")
+"""The kinds of measuring window."""
+
+
 @dataclass
 class Windows:
     """When the fleet was alone and when it was under attack; the machine's busy cores in each, and the
     cores that processes outside the fleet took (other work on a shared machine)."""
 
-    spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {"alone": [], "attack": []})
-    busy: dict[str, list[float]] = field(default_factory=lambda: {"alone": [], "attack": []})
-    outside: dict[str, list[float]] = field(default_factory=lambda: {"alone": [], "attack": []})
+    spans: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    busy: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    outside: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in KINDS})
 
     def record(self, kind: str, seconds: float, fleet: Fleet) -> None:
         cpu, ours, began = cpu_seconds(), fleet_cpu_seconds(fleet), time.monotonic()
@@ -332,18 +352,21 @@ class Windows:
 
 
 def alternate(fleet: Fleet) -> Windows:
-    """Alone and under attack in turns, starting and ending alone, so that the load the rest of the
-    machine carries weighs on both alike."""
+    """Alone, beside spinning neighbours and under attack in turns, starting and ending alone, so that the
+    load the rest of the machine carries weighs on all alike."""
     windows = Windows()
     for cycle in range(CYCLES + 1):
         wait_for(lambda: fleet.in_flight == 0, timeout=60)  # a bombed sandbox may still be replaced
         windows.record("alone", ALONE_S, fleet)
         if cycle == CYCLES:
             break
-        fleet.attacking.set()
-        time.sleep(RAMP_S)
-        windows.record("attack", ATTACK_S, fleet)
-        fleet.attacking.clear()
+        for kind in ("spin", "attack"):
+            fleet.spinning = kind == "spin"
+            fleet.attacking.set()
+            time.sleep(RAMP_S)
+            windows.record(kind, ATTACK_S, fleet)
+            fleet.attacking.clear()
+            wait_for(lambda: fleet.in_flight == 0, timeout=60)
     return windows
 
 
@@ -425,11 +448,14 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
     kills = oom_kills_since(since)
 
     quiet = outside_load(windows) < QUIET_SHARE * cores
-    medians = {}
+    medians: dict[str, dict[str, float]] = {}
     for kind in STEPS:
-        alone, attacked = (fleet.latencies(kind, windows.spans[w]) for w in ("alone", "attack"))
-        assert len(alone) >= 20 and len(attacked) >= 20, (kind, len(alone), len(attacked))
-        medians[kind] = (statistics.median(alone), statistics.median(attacked), len(alone), len(attacked))
+        latencies = {w: fleet.latencies(kind, windows.spans[w]) for w in KINDS}
+        assert all(len(v) >= 20 for v in latencies.values()), (
+            kind,
+            {w: len(v) for w, v in latencies.items()},
+        )
+        medians[kind] = {w: statistics.median(v) for w, v in latencies.items()}
     limit_memory = (count + GRADINGS) * (config.memory_mb << 20)
     limit_disk = (count + GRADINGS) * ((config.disk_mb + config.tmp_mb) << 20)
     memory_drop = host.memory[0] - min(host.memory)
@@ -447,9 +473,10 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
         f"started in {started_s:.1f} s, measured for {measured_s:.0f} s, graded under attack in"
         f" {graded_s:.0f} s, whole test {wall_s:.0f} s\n"
         + "".join(
-            f"  {kind}: median {a * 1e3:.1f} ms alone ({n} steps), {b * 1e3:.1f} ms under attack ({m} steps),"
-            f" ratio {b / a:.2f}\n"
-            for kind, (a, b, n, m) in medians.items()
+            f"  {kind}: median {m['alone'] * 1e3:.1f} ms alone, {m['spin'] * 1e3:.1f} ms beside spinning"
+            f" neighbours, {m['attack'] * 1e3:.1f} ms under attack; attack / alone {m['attack'] / m['alone']:.2f},"
+            f" attack / spin {m['attack'] / m['spin']:.2f}\n"
+            for kind, m in medians.items()
         )
         + "  machine busy (cores): "
         + ", ".join(f"{w} {statistics.mean(b):.2f}" for w, b in windows.busy.items())
@@ -459,7 +486,7 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
             if len(loads) == 1
             else f" (the quietest of {len(loads)} rounds: {', '.join(f'{x:.2f}' for x in loads)})"
         )
-        + ("" if IN_CI or quiet else " (a shared machine: ratio not checked)")
+        + ("" if quiet else " (a shared machine: attack / alone not checked)")
         + "\n  attacks (reached the limit / run): "
         + ", ".join(
             f"{k} {v.count('limit')}/{len(v)} (replaced {replaced[k]})" for k, v in fleet.attacks.items()
@@ -483,14 +510,20 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
         assert "limit" in fleet.attacks.get(kind, []), (
             f"no {kind} reached its limit: {fleet.attacks.get(kind)}"
         )
-    # The fleet's isolation is measured against the fleet alone. Where other processes kept the machine
-    # busy (a shared workstation), the sandboxes' CPU caps do not bind and the ratio says how loaded the
-    # machine was, not how well sandboxes are kept apart; CI has the machine to itself and always checks.
-    if IN_CI or quiet:
-        for kind, (a, b, _, _) in medians.items():
-            assert b / a < LATENCY_RATIO_LIMIT, (
-                f"{kind}: {b * 1e3:.1f} ms under attack, {a * 1e3:.1f} ms alone; processes outside the fleet"
-                f" took {', '.join(f'{x:.2f}' for x in loads)} of {cores} cores in the measured rounds"
+    # Spinning neighbours are the reference: they take what their caps allow, as the attackers may, so
+    # load from outside the fleet weighs on both windows alike; an attack that costs the host more than its
+    # cap (kernel work, output, memory reclaim) shows as a ratio above 1. The ratio to the fleet alone also
+    # counts the caps' own share of a machine that other work keeps busy, so it is checked on a quiet one.
+    loads_text = ", ".join(f"{x:.2f}" for x in loads)
+    for kind, m in medians.items():
+        assert m["attack"] / m["spin"] < ATTACK_OVER_SPIN_LIMIT, (
+            f"{kind}: {m['attack'] * 1e3:.1f} ms under attack, {m['spin'] * 1e3:.1f} ms beside spinning"
+            f" neighbours; processes outside the fleet took {loads_text} of {cores} cores"
+        )
+        if quiet:
+            assert m["attack"] / m["alone"] < LATENCY_RATIO_LIMIT, (
+                f"{kind}: {m['attack'] * 1e3:.1f} ms under attack, {m['alone'] * 1e3:.1f} ms alone; processes"
+                f" outside the fleet took {loads_text} of {cores} cores in the measured rounds"
             )
     assert memory_drop <= limit_memory
     assert all(d <= limit_disk for d in disk_drop.values()), disk_drop

@@ -35,7 +35,7 @@ def test_sandbox_run_reports_timeouts_and_failures(backend: str) -> None:
     assert proc.returncode == 1
     assert result["timed_out"] is True and result["exit_code"] is None
     assert result["output"] == "start\n"
-    assert result["duration_s"] < 1 + 2 + 1
+    assert result["duration_s"] < 1 + 2 + 7  # timeout and kill grace; not the 30 s sleep, on a busy host too
 
     proc = harness("sandbox", "run", "--backend", backend, "--", "sh", "-c", "exit 7")
     assert json.loads(proc.stdout)["exit_code"] == 7
