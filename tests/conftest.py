@@ -129,20 +129,24 @@ def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_p
     return out
 
 
-SHORT_DEMO = {"grpo_steps": 6, "group_size": 4, "eval_samples": 4}
+SHORT_DEMO = {"grpo_steps": 4, "group_size": 4, "tasks_per_step": 4, "eval_samples": 4}
 """The training demo, shortened for CI: the same warm start, fewer GRPO steps and samples."""
+DEMO_SEEDS = [0, 1]
+"""Seeds of the learning test: learning must show on each (benchmarks/demo_seeds.py measures 10)."""
 
 
-@pytest.fixture(scope="session")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, DemoResult]:
-    """A short run of `harness demo` (warm start, GRPO with summaries, evaluations), seed 0, bwrap.
+@pytest.fixture(scope="session", params=DEMO_SEEDS, ids=[f"seed{s}" for s in DEMO_SEEDS])
+def demo_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Path, DemoResult]:
+    """A short run of `harness demo` (warm start, GRPO with summaries, evaluations) on bwrap, per seed.
 
-    OUT/grpo is a training run directory (trajectories with varied rewards, metrics, learner.jsonl,
-    checkpoints); OUT/sft/demonstrations/* and OUT/eval-* are rollout run directories.
-    """
+    OUT/grpo is a training run directory; OUT/sft/demonstrations/* and OUT/eval-* are rollout run
+    directories. What the model samples differs between CPUs: tests that need a run of fixed content use
+    `scripted_training_run`."""
     from harness.train_demo import DemoConfig, run_training_demo
 
     require_backend("bwrap")
-    out = tmp_path_factory.mktemp("demo") / "run"
-    config = DemoConfig.model_validate({"out": str(out), "backend": "bwrap", "seed": 0, **SHORT_DEMO})
-    return out, run_training_demo(config)
+    out = tmp_path_factory.mktemp(f"demo-{request.param}") / "run"
+    settings = {"out": str(out), "backend": "bwrap", "seed": request.param, **SHORT_DEMO}
+    return out, run_training_demo(DemoConfig.model_validate(settings))
