@@ -1,10 +1,12 @@
-"""Grading: the agent's diff, applied to a pristine base in a fresh sandbox, judged by hidden tests.
+"""Grading: the agent's changes, judged as the tree they produce, tested by hidden tests in a fresh sandbox.
 
-1. The diff is taken host-side between the pristine base and a copy of the agent's repository (its `.git`
-   entries removed); no git runs in, or on, the agent's repository.
-2. Every part touching a test path, test configuration or interpreter start-up hook is dropped.
-3. A fresh sandbox starts from the pristine base; the filtered diff is applied; the hidden tests are
-   written over the result.
+1. The agent's diff is taken host-side between the pristine base and a copy of the agent's repository
+   (its `.git` entries removed); no git runs in, or on, the agent's repository.
+2. The diff is applied host-side to a scratch copy of the base, and the resulting files decide what is
+   graded (`envs/judge.py`): changes to test paths, test settings, start-up hooks, packaging metadata,
+   compiled artefacts, links and shadowing modules are dropped. The patch text is never filtered.
+3. A fresh sandbox starts from the pristine base; the kept files are written into it (no patch is
+   applied there); the hidden tests are written over the result.
 4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
    report file outside the repository, and a test that is skipped, errored, missing or uncollected
    counts as failed.
@@ -32,11 +34,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_sandbox
+from envs.judge import Judged, apply_patch, judge_tree
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
 from tasks.model import Task, Verifier
-from tasks.patches import diff_trees, filter_patch, split_patch
+from tasks.patches import diff_trees
 
 RUNNER = Path(__file__).with_name("grade_runner.py")
 READY = "harness-grader-ready"
@@ -61,7 +64,11 @@ class Grade(BaseModel):
     patch_applied: bool
     apply_error: str | None = None
     dropped_paths: list[str]
-    """Paths of the diff the grader ignored (tests, test settings, start-up hooks)."""
+    """Paths of the diff the grader ignored (tests, test settings, start-up hooks, artefacts, links)."""
+    dropped_why: dict[str, str] = Field(default_factory=dict)
+    """Why each dropped path was not graded."""
+    graded_patch: str = ""
+    """The diff that was graded: the base to the base plus the kept changes."""
     simplicity: Simplicity | None
     duration_s: float
     infra_error: str | None = None
@@ -102,16 +109,6 @@ def _outcome(name: str, outcomes: dict[str, str]) -> Outcome:
     return "missing"
 
 
-def _file_contents(sandbox: Sandbox, paths: list[str]) -> dict[str, str]:
-    contents = {}
-    for path in paths:
-        try:
-            contents[path] = sandbox.read_file(path).decode("utf-8", "replace")
-        except SandboxError:
-            contents[path] = ""
-    return contents
-
-
 def grade_patch(
     task: Task,
     patch: str,
@@ -121,7 +118,6 @@ def grade_patch(
     """Grades `patch` on `task` in a fresh sandbox. Infra failures come back as `infra_error`."""
     reward_config = reward_config or RewardConfig()
     started = time.monotonic()
-    filtered, dropped = filter_patch(patch)
     empty = Grade(
         task_id=task.id,
         correct=0.0,
@@ -129,26 +125,49 @@ def grade_patch(
         fail_to_pass={},
         pass_to_pass={},
         patch_applied=False,
-        dropped_paths=dropped,
+        dropped_paths=[],
         simplicity=None,
         duration_s=0.0,
+    )
+    with tempfile.TemporaryDirectory(prefix="harness-judge-") as tmp:
+        error = apply_patch(task.repo, patch, Path(tmp) / "repo")
+        if error is not None:
+            return empty.model_copy(update={"apply_error": error, "duration_s": time.monotonic() - started})
+        judged = judge_tree(task.repo, Path(tmp) / "repo", set(task.hidden_tests.files))
+    empty = empty.model_copy(
+        update={
+            "dropped_paths": sorted(judged.dropped),
+            "dropped_why": judged.dropped,
+            "graded_patch": judged.patch,
+        }
     )
     try:
         sandbox = start_sandbox(sandbox_config, task.repo, task.image, task.image_build)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     try:
-        return _grade_in(sandbox, task, filtered, empty, reward_config, started)
+        return _grade_in(sandbox, task, judged, empty, reward_config, started)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
         sandbox.close()
 
 
+def _write_kept(sandbox: ExecutorSandbox, judged: Judged) -> None:
+    """The kept changes, file by file, into the sandbox's pristine copy (deletions first in path order)."""
+    for path, content in judged.kept.items():
+        if content is None:
+            removed = sandbox.run(["rm", "-rf", "--", path], timeout=60)
+            if removed.exit_code != 0:
+                raise SandboxError(f"cannot remove {path}: {removed.output[-500:]}")
+        else:
+            sandbox.write_file(path, content)
+
+
 def _grade_in(
     sandbox: ExecutorSandbox,
     task: Task,
-    patch: str,
+    judged: Judged,
     empty: Grade,
     reward_config: RewardConfig,
     started: float,
@@ -158,22 +177,8 @@ def _grade_in(
         result = sandbox.run(command, timeout=timeout)
         if result.exit_code != 0:
             raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
-    changed = sorted({p for part in split_patch(patch) for p in part.paths})
-    before = _file_contents(sandbox, [p for p in changed if p.endswith(".py")])
     grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
-    if patch.strip():
-        sandbox.write_file(f"{grader_dir}/agent.patch", patch.encode("utf-8", "surrogateescape"))
-        applied = sandbox.run(
-            ["git", "apply", "--whitespace=nowarn", f"{grader_dir}/agent.patch"], timeout=60
-        )
-        if applied.exit_code != 0:
-            return empty.model_copy(
-                update={
-                    "apply_error": applied.output.strip()[-2000:],
-                    "duration_s": time.monotonic() - started,
-                }
-            )
-    after = _file_contents(sandbox, [p for p in changed if p.endswith(".py")])
+    _write_kept(sandbox, judged)
     for path, content in task.hidden_tests.files.items():
         sandbox.write_file(path, content.encode())
     verifier = task.hidden_tests.verifier
@@ -184,22 +189,22 @@ def _grade_in(
         f2p, p2p, score, timed_out, tampering = _run_tests(sandbox, task, grader_dir, timeout)
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
-    judged = simplicity(patch, task.gold_patch, before, after, reward_config)
-    return Grade(
-        task_id=task.id,
-        correct=correct,
-        reward=reward(correct, judged.penalty, reward_config),
-        fail_to_pass=f2p,
-        pass_to_pass=p2p,
-        patch_applied=True,
-        dropped_paths=empty.dropped_paths,
-        simplicity=judged,
-        duration_s=time.monotonic() - started,
-        tampering=tampering,
+    judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
+    return empty.model_copy(
+        update={
+            "correct": correct,
+            "reward": reward(correct, judged_simplicity.penalty, reward_config),
+            "fail_to_pass": f2p,
+            "pass_to_pass": p2p,
+            "patch_applied": True,
+            "simplicity": judged_simplicity,
+            "duration_s": time.monotonic() - started,
+            "tampering": tampering,
+        }
     )
 
 
-Judged = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
+Verdict = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
 """FAIL_TO_PASS and PASS_TO_PASS outcomes, the score in [0, 1], and whether the run timed out."""
 
 
@@ -245,7 +250,7 @@ def _read_report(sandbox: ExecutorSandbox, report: str, output: str) -> tuple[di
         return {}, ["the report is not valid JSON"]
 
 
-def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Judged:
+def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Verdict:
     """Runs the verifier script; its one outcome is keyed by its command, its score is its reward."""
     for path, content in verifier.files.items():
         sandbox.write_file(path, content.encode())

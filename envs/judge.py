@@ -1,0 +1,219 @@
+"""What of an agent's changes is graded, decided from the tree they produce, never from patch text.
+
+A patch is applied host-side to a scratch copy of the pristine base (`apply_patch`); the resulting files
+are compared with the base (`judge_tree`), path by path as the file system and Python see them. A change
+is kept only when it is to a regular file, at a path that is none of these (compared in lower case, as
+Python's import system does on a case-insensitive file system and as package metadata is matched):
+
+- a test path or test setting (test folders, `test_*.py`, `conftest.py`, `pytest.ini`, `setup.cfg`, ...),
+  or one of the task's hidden test files;
+- an interpreter start-up hook (`sitecustomize.py`, `usercustomize.py`, `*.pth`);
+- packaging metadata (`*.dist-info/`, `*.egg-info/`), whose entry points pytest loads as plugins;
+- a compiled or binary artefact the interpreter or the loader would pick up (`__pycache__/`, `*.pyc`,
+  `*.so`, ...), or any file holding a NUL byte;
+- a new module or package that shadows a module of the standard library or of the test runner, in a
+  folder that can be on `sys.path` (one without `__init__.py`).
+
+Symbolic links and special files are never kept: what a link means depends on where it is read. The
+graded tree is the base plus the kept changes, and its diff (`Judged.patch`) is what the simplicity term
+measures. Nothing here runs the agent's code; host git only applies text, in a folder this module made.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shutil
+import stat
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from tasks.patches import diff_trees, git
+
+TEST_DIRS = frozenset({"tests", "test", "testing"})
+TEST_FILES = (
+    "test_*.py", "*_test.py", "tests.py", "conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "noxfile.py",
+    ".coveragerc",
+)  # fmt: skip
+STARTUP_FILES = ("sitecustomize.py", "usercustomize.py", "*.pth", "*.egg-link")
+METADATA_DIRS = (".dist-info", ".egg-info")
+ARTEFACTS = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".egg", ".whl", ".zip")
+RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "hypothesis"})
+SHADOWABLE = frozenset(sys.stdlib_module_names) | RUNNER_MODULES
+"""Module names a repository must not newly define where they would come first on `sys.path`."""
+IGNORED_DIRS = frozenset({".git"})
+"""Never part of the graded tree: the sandbox's history is the grader's, not the agent's."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str
+    """`file`, `dir`, `link` or `other` (FIFO, socket, device), from lstat: links are not followed."""
+    content: bytes = b""
+
+
+@dataclass(frozen=True)
+class Judged:
+    """The changes that will be graded, and the ones that will not."""
+
+    kept: dict[str, bytes | None]
+    """Path -> its new content; None: the file is deleted."""
+    dropped: dict[str, str]
+    """Path -> why its change is not graded."""
+    patch: str
+    """The diff from the base to the graded tree (base plus kept changes)."""
+    before: dict[str, str]
+    """The base's text of every kept `.py` path ('' for a new file)."""
+    after: dict[str, str]
+    """The graded text of every kept `.py` path ('' for a deleted file)."""
+
+
+def walk(root: Path) -> dict[str, Entry]:
+    """Every entry under `root` by relative POSIX path, without following links; `.git` left out."""
+    found: dict[str, Entry] = {}
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in IGNORED_DIRS]
+        for name in [*dirs, *files]:
+            path = Path(folder) / name
+            rel = path.relative_to(root).as_posix()
+            mode = os.lstat(path).st_mode
+            if stat.S_ISLNK(mode):
+                found[rel] = Entry("link", os.readlink(path).encode("utf-8", "surrogateescape"))
+                dirs[:] = [d for d in dirs if d != name]
+            elif stat.S_ISDIR(mode):
+                found[rel] = Entry("dir")
+            elif stat.S_ISREG(mode):
+                found[rel] = Entry("file", path.read_bytes())
+            else:
+                found[rel] = Entry("other")
+    return found
+
+
+def why_dropped(path: str, content: bytes | None, tree: dict[str, Entry], hidden: set[str]) -> str | None:
+    """Why a change to `path` (new `content`, None when deleted) is not graded; None: it is."""
+    parts = [part.lower() for part in PurePosixPath(path).parts]
+    name = parts[-1]
+    if path in hidden:
+        return "a hidden test path"
+    if any(part in TEST_DIRS for part in parts[:-1]) or _matches(name, TEST_FILES):
+        return "a test path or test setting"
+    if _matches(name, STARTUP_FILES):
+        return "an interpreter start-up hook"
+    if any(part.endswith(METADATA_DIRS) for part in parts):
+        return "packaging metadata"
+    if "__pycache__" in parts or name.endswith(ARTEFACTS):
+        return "a compiled or binary artefact"
+    if content is not None and b"\0" in content:
+        return "a binary file"
+    shadowed = _shadowed_module(PurePosixPath(path), tree)
+    if content is not None and shadowed is not None:
+        return f"a new module that shadows {shadowed!r}"
+    return None
+
+
+def _matches(name: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _shadowed_module(path: PurePosixPath, tree: dict[str, Entry]) -> str | None:
+    """The module a new file at `path` would define ahead of the standard library or the test runner:
+    `NAME.py` or `NAME/__init__.py` in a folder without `__init__.py` (a possible `sys.path` entry)."""
+    if path.name == "__init__.py" and len(path.parts) >= 2:
+        module, folder = path.parent.name, path.parent.parent
+    elif path.suffix == ".py":
+        module, folder = path.stem, path.parent
+    else:
+        return None
+    init = (folder / "__init__.py").as_posix() if folder.parts else "__init__.py"
+    if init in tree or module.lower() not in {m.lower() for m in SHADOWABLE}:
+        return None
+    return module
+
+
+def judge_tree(base: Path, new: Path, hidden: set[str] | None = None) -> Judged:
+    """Compares tree `new` with `base`; keeps the changes a fix may make (see the module docstring)."""
+    hidden = hidden or set()
+    old, now = walk(base), walk(new)
+    kept: dict[str, bytes | None] = {}
+    dropped: dict[str, str] = {}
+    for path in sorted(set(old) | set(now)):
+        if _noise(path):
+            continue
+        before, after = old.get(path), now.get(path)
+        if before == after or (before and after and before.kind == after.kind == "dir"):
+            continue
+        if "link" in (_kind(before), _kind(after)) or "other" in (_kind(before), _kind(after)):
+            dropped[path] = "a symbolic link or special file"
+            continue
+        if _kind(before) != "file" and _kind(after) != "file":
+            continue  # a folder came or went: its files are judged one by one
+        content = after.content if after is not None and after.kind == "file" else None
+        reason = why_dropped(path, content, now, hidden)
+        if reason is not None:
+            dropped[path] = reason
+        else:
+            kept[path] = content
+    return _graded(base, old, kept, dropped)
+
+
+def _kind(entry: Entry | None) -> str | None:
+    return entry.kind if entry is not None else None
+
+
+def _noise(path: str) -> bool:
+    """Caches that tools leave behind (pytest's, mypy's): neither graded nor reported."""
+    parts = PurePosixPath(path).parts
+    return any(part in (".pytest_cache", ".mypy_cache", ".ruff_cache") for part in parts)
+
+
+def _graded(
+    base: Path, old: dict[str, Entry], kept: dict[str, bytes | None], dropped: dict[str, str]
+) -> Judged:
+    """The graded tree's diff and the texts the simplicity term compares."""
+    before = {p: _text(old.get(p)) for p in kept if p.endswith(".py")}
+    after = {p: (c or b"").decode("utf-8", "replace") for p, c in kept.items() if p.endswith(".py")}
+    with tempfile.TemporaryDirectory(prefix="harness-graded-") as tmp:
+        graded = Path(tmp) / "repo"
+        shutil.copytree(base, graded, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+        write_changes(graded, kept)
+        patch = diff_trees(base, graded)
+    return Judged(kept=kept, dropped=dropped, patch=patch, before=before, after=after)
+
+
+def _text(entry: Entry | None) -> str:
+    return entry.content.decode("utf-8", "replace") if entry is not None and entry.kind == "file" else ""
+
+
+def write_changes(root: Path, changes: dict[str, bytes | None]) -> None:
+    """Writes kept changes into a copy of the base (paths from `judge_tree`: relative, no links on them)."""
+    for path, content in changes.items():
+        target = root / path
+        if content is None:
+            target.unlink(missing_ok=True)
+            continue
+        if target.is_dir() and not target.is_symlink():
+            shutil.rmtree(target)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_file() and not target.is_symlink():
+            target.unlink()
+        target.write_bytes(content)
+
+
+def apply_patch(base: Path, patch: str, scratch: Path) -> str | None:
+    """Copies `base` to `scratch` and applies `patch` there with git; returns git's message on failure.
+
+    `git apply` refuses paths that leave the folder or pass through a link; what it writes is judged
+    afterwards as files, so how any tool reads the patch's text no longer matters."""
+    shutil.copytree(base, scratch, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    if not patch.strip():
+        return None
+    try:  # a repository of its own, so that no folder above the scratch copy is taken for one
+        git(["init", "-q", str(scratch)])
+        git(
+            ["apply", "--whitespace=nowarn", "-"], cwd=scratch, input=patch.encode("utf-8", "surrogateescape")
+        )
+    except RuntimeError as e:
+        return str(e)
+    return None
