@@ -5,18 +5,23 @@ the environment and the repository's folder on sys.path have no say over how Pyt
 pointed at the grader's own ini file (`-c`), so the repository's pytest.ini / pyproject / setup.cfg test
 settings have no effect. The outcome of every test comes from pytest's own reports, not from stdout.
 
-The code under test runs in this process and could change pytest itself, so before any of it runs the
-runner fingerprints what decides an outcome (`Fingerprint`) and the test files, and a `Guard` watches
-the session. Found: a function, method or code object of pytest, pluggy, unittest, os, json or this
-file replaced (or a class attribute added); a hook implemented outside pytest's and its plugins' files
-other than by a conftest.py; a method replaced on a test item; a test function whose code is not what
-its file compiles to; a test file rewritten during the run. Each finding goes into the report's
-`tampering`, and the grader then counts every test as failed. Last, every other process of the sandbox
-is killed, the report is written under a fresh name and renamed into place, and its digest is the last
-line printed: a report that does not match it is not believed.
+Outcomes are decided where the agent's code never ran. This process (the parent) imports pytest and its
+plugins and nothing of the repository; it makes itself undumpable (no process of the sandbox's user may
+ptrace it or open its memory or file descriptors), then runs each test file in a child of its own,
+forked from it, in a random order. A child closes every descriptor it inherited but the pipe it answers
+on, sends its file's outcomes and findings through that pipe, and ends; the parent takes from it only
+outcomes of that child's own file, records them as soon as the child is gone, and kills every process
+the child left before the next one starts. Code under test can so forge at most the outcomes of its own
+file: a forger that passes tests wholesale also passes the grader's canaries, which fail on a correct fix.
 
-What this cannot stop is code that studies this file and undoes each check in memory; it stops what
-works against any pytest run, the way a policy would find it.
+Within a child, before any code of the repository runs, it fingerprints what decides an outcome
+(`Fingerprint`) and a `Guard` watches the session. Found: a function, method or code object of pytest,
+pluggy, unittest, os, json or this file replaced (or a class attribute added); a hook implemented outside
+pytest's and its plugins' files other than by a conftest.py; a method replaced on a test item; a test
+function whose code is not what its file compiles to. The parent itself checks that no test file was
+rewritten. Each finding goes into the report's `tampering`, and the grader then counts every test as
+failed. Last, the report is written under a fresh name and renamed into place, and its digest is the last
+line printed: a report that does not match it is not believed.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import inspect
 import json
 import os
 import pathlib
+import random
 import signal
 import sys
 import types
@@ -260,13 +266,87 @@ def write_report(path: str, report: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def undumpable() -> None:
+    """PR_SET_DUMPABLE 0: processes of our own user can no longer ptrace this one, nor open its
+    /proc/PID/mem or /proc/PID/fd. Where prctl cannot be called (not Linux), nothing changes."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        pass
+
+
+def run_child(path: str, ini: str, root: str, before: Fingerprint, log: str) -> dict[str, Any]:
+    """Runs one test file in a forked child and returns what it sent: its outcomes and findings, or an
+    empty answer when it died without one."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: nothing of the parent's but the answer pipe stays open
+        try:
+            _child(path, ini, root, before, log, write_end)
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    chunks = []
+    while True:
+        chunk = os.read(read_end, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    try:
+        answer = json.loads(b"".join(chunks))
+        return answer if isinstance(answer, dict) else {}
+    except ValueError:
+        return {}
+
+
+def _child(path: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:
+    null = os.open(os.devnull, os.O_RDONLY)
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(null, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    keep = os.dup2(answer_fd, 3) if answer_fd != 3 else 3
+    os.closerange(4, 1 << 16)
+    sys.stdout = os.fdopen(1, "w", closefd=False)
+    sys.stderr = os.fdopen(2, "w", closefd=False)
+    os.chdir(root)
+    sys.path.insert(0, root)
+    recorder = Recorder()
+    guard = Guard(root)
+    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", path]
+    exit_code = int(pytest.main(args, plugins=[recorder, guard]))
+    answer = {
+        "outcomes": recorder.outcomes,
+        "collect_errors": recorder.collect_errors,
+        "exit_code": exit_code,
+        "tampering": [*_capped(before.changes()), *_capped(guard.hooks), *_capped(guard.items)],
+    }
+    data = json.dumps(answer).encode()
+    while data:
+        data = data[os.write(keep, data) :]
+
+
+def _own(answer: dict[str, Any], path: str) -> dict[str, str]:
+    """The outcomes a child may decide: those of tests of its own file, with outcome names we know."""
+    outcomes = answer.get("outcomes")
+    if not isinstance(outcomes, dict):
+        return {}
+    known = ("passed", "failed", "error", "skipped")
+    return {str(k): str(v) for k, v in outcomes.items() if str(k).split("::", 1)[0] == path and v in known}
+
+
 def main() -> None:
     report_path, ini, root, *ids = sys.argv[1:]
     files = sorted({i.split("::", 1)[0] for i in ids})
     present = [f for f in files if os.path.isfile(os.path.join(root, f))]
     from _pytest.config import default_plugins
 
-    # Imported now, so that they are fingerprinted before the code under test runs.
+    # Imported now, so that they are fingerprinted before the code under test runs, and so that every
+    # child starts warm.
     for name in [f"_pytest.{plugin}" for plugin in default_plugins] + ["unittest"]:
         try:
             importlib.import_module(name)
@@ -274,36 +354,36 @@ def main() -> None:
             pass
     before = Fingerprint()
     tests_before = {f: _digest(os.path.join(root, f)) for f in present}
+    undumpable()
+    in_sandbox = os.environ.get("HARNESS_GRADER_SANDBOX") == "1"
 
     # Everything before this line is the grader's own; a run whose output lacks it never got to the
     # code under test, so its failure is the harness's (an infra error), not the patch's.
     print(READY, flush=True)
-    os.chdir(root)
-    sys.path.insert(0, root)
-    recorder = Recorder()
-    guard = Guard(root)
-    exit_code = None
-    if present:
-        args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *present]
-        exit_code = int(pytest.main(args, plugins=[recorder, guard]))
+    outcomes: dict[str, str] = {}
+    collect_errors: list[str] = []
+    tampering: list[str] = []
+    log = os.path.join(os.path.dirname(os.path.abspath(report_path)), "children.log")
+    order = list(present)
+    random.SystemRandom().shuffle(order)
+    for path in order:
+        answer = run_child(path, ini, root, before, log)
+        if in_sandbox:  # what the child left running must not see the next child, nor the report
+            stop_the_others()
+        outcomes.update(_own(answer, path))
+        found = answer.get("tampering")
+        tampering += [str(t) for t in found] if isinstance(found, list) else []
+        errors = answer.get("collect_errors")
+        collect_errors += [str(e) for e in errors] if isinstance(errors, list) else []
     rewritten = [f"{f} was rewritten" for f in present if _digest(os.path.join(root, f)) != tests_before[f]]
-    tampering = [
-        *_capped(before.changes()),
-        *_capped(guard.hooks),
-        *_capped(guard.items),
-        *_capped(rewritten),
-    ]
-    if os.environ.get("HARNESS_GRADER_SANDBOX") == "1":
-        stop_the_others()
     report = {
-        "outcomes": recorder.outcomes,
-        "collect_errors": recorder.collect_errors,
+        "outcomes": outcomes,
+        "collect_errors": collect_errors,
         "missing_files": sorted(set(files) - set(present)),
-        "exit_code": exit_code,
-        "tampering": tampering,
+        "tampering": [*dict.fromkeys(tampering), *_capped(rewritten)],  # each child capped its own
     }
     write_report(report_path, report)
-    # Nothing of the code under test runs after us (no atexit handler, no thread): os._exit.
+    # Nothing of the code under test ran here; os._exit all the same, as a child does.
     os._exit(0)
 
 

@@ -10,10 +10,14 @@
 4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
    report file outside the repository, and a test that is skipped, errored, missing or uncollected
    counts as failed.
-   The code under test runs in the runner's process, so the runner also looks for what it could have
-   changed there (pytest's or unittest's functions, hooks, test items, test files; see grade_runner.py)
-   and kills every other process before it writes the report; a finding (`tampering`), or a report that
-   does not match the digest the runner printed last, fails every test.
+   Each test file runs in a child of the runner, which itself never imports the repository's code and
+   keeps only a child's outcomes for the child's own file (grade_runner.py). A child also looks for what
+   the code under test changed in it (pytest's or unittest's functions, hooks, test items), the parent
+   for rewritten test files; a finding (`tampering`), or a report that does not match the digest the
+   runner printed last, fails every test.
+   Beside the hidden tests run the task's canaries (`tasks/canaries.py`, `envs/run_plan.py`): copies
+   with one wrong expectation, under random file names drawn like the real copies'. A canary that passes
+   beside the test it was made from is `tampering`.
 4'. A task judged by a verifier script (Harbor's tests/test.sh) instead gets the verifier's files
    written at their absolute paths and its command run; its reward file (or, without one, its exit
    status) decides. A verifier that writes no reward counts as failed.
@@ -37,7 +41,10 @@ from envs.factory import start_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
+from envs.run_plan import RunPlan, canary_outcome, plan_run
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
+from envs.suspicion import suspicions
+from tasks.canaries import KEPT, TRIALS, Canary, save_canaries, spread, task_candidates
 from tasks.model import Task, Verifier
 from tasks.patches import diff_trees
 
@@ -74,8 +81,13 @@ class Grade(BaseModel):
     infra_error: str | None = None
     """Set when grading itself failed (sandbox or daemon trouble): not the patch's fault."""
     tampering: list[str] = Field(default_factory=list)
-    """What the code under test changed in the test run itself (pytest, hooks, tests, the report); when
-    set, every test counts as failed."""
+    """What the code under test changed in the test run itself (pytest, hooks, tests, the report), and
+    canaries that passed; when set, every test counts as failed."""
+    suspicion: list[str] = Field(default_factory=list)
+    """`PATH: what` the graded diff adds that a bug fix has no business adding (`envs/suspicion.py`); shown,
+    counted, and charged only by `RewardConfig.suspicion_penalty`."""
+    canaries: dict[str, str] = Field(default_factory=dict)
+    """Each canary run (`FILE::TEST (MUTATION)`) -> `failed` (as it must), `passed` or `missing`."""
 
 
 def collect_patch(sandbox: Sandbox, task: Task) -> str:
@@ -114,8 +126,13 @@ def grade_patch(
     patch: str,
     sandbox_config: SandboxConfig,
     reward_config: RewardConfig | None = None,
+    trial: list[Canary] | None = None,
 ) -> Grade:
-    """Grades `patch` on `task` in a fresh sandbox. Infra failures come back as `infra_error`."""
+    """Grades `patch` on `task` in a fresh sandbox. Infra failures come back as `infra_error`.
+
+    The task's canaries run beside its hidden tests, and one that passes is tampering. `trial` replaces
+    them with canaries on trial (`tasks validate`): their outcomes are reported, never held against the
+    patch."""
     reward_config = reward_config or RewardConfig()
     started = time.monotonic()
     empty = Grade(
@@ -146,7 +163,7 @@ def grade_patch(
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     try:
-        return _grade_in(sandbox, task, judged, empty, reward_config, started)
+        return _grade_in(sandbox, task, judged, empty, reward_config, started, trial)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
@@ -171,6 +188,7 @@ def _grade_in(
     empty: Grade,
     reward_config: RewardConfig,
     started: float,
+    trial: list[Canary] | None,
 ) -> Grade:
     timeout = task.limits.grade_timeout_s
     for command in task.setup_commands:
@@ -179,27 +197,34 @@ def _grade_in(
             raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
     grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
     _write_kept(sandbox, judged)
-    for path, content in task.hidden_tests.files.items():
-        sandbox.write_file(path, content.encode())
     verifier = task.hidden_tests.verifier
+    plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial)
+    for path, content in plan.files.items():
+        sandbox.write_file(path, content.encode())
     tampering: list[str] = []
+    canaries: dict[str, str] = {}
     if verifier is not None:
         f2p, p2p, score, timed_out = _run_verifier(sandbox, verifier, timeout)
     else:
-        f2p, p2p, score, timed_out, tampering = _run_tests(sandbox, task, grader_dir, timeout)
+        f2p, p2p, score, timed_out, tampering, canaries = _run_tests(
+            sandbox, task, plan, grader_dir, timeout, trusted=trial is None
+        )
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
     judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
+    suspect = suspicions(judged.before, judged.after)
     return empty.model_copy(
         update={
             "correct": correct,
-            "reward": reward(correct, judged_simplicity.penalty, reward_config),
+            "reward": reward(correct, judged_simplicity.penalty, reward_config, suspect=bool(suspect)),
+            "suspicion": suspect,
             "fail_to_pass": f2p,
             "pass_to_pass": p2p,
             "patch_applied": True,
             "simplicity": judged_simplicity,
             "duration_s": time.monotonic() - started,
             "tampering": tampering,
+            "canaries": canaries,
         }
     )
 
@@ -209,28 +234,36 @@ Verdict = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
 
 
 def _run_tests(
-    sandbox: ExecutorSandbox, task: Task, grader_dir: str, timeout: float
-) -> tuple[dict[str, Outcome], dict[str, Outcome], float, bool, list[str]]:
-    """Runs the hidden pytest ids; the score is the fraction that passed. Also returns the tampering the
-    runner found, in which case nothing passed."""
+    sandbox: ExecutorSandbox, task: Task, plan: RunPlan, grader_dir: str, timeout: float, trusted: bool
+) -> tuple[dict[str, Outcome], dict[str, Outcome], float, bool, list[str], dict[str, str]]:
+    """Runs the hidden pytest ids and the canaries; the score is the fraction of hidden ids that passed.
+    Also returns the tampering found (the runner's findings and, when `trusted`, canaries that passed
+    where the test they were made from passed too; then nothing passed) and each canary's outcome."""
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
-    ids = task.hidden_tests.fail_to_pass + task.hidden_tests.pass_to_pass
     run = sandbox.run(
-        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, *ids],
+        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR,
+         *plan.run_ids()],
         timeout=timeout,
         env={"PYTHONHASHSEED": "0", "HARNESS_GRADER_SANDBOX": "1"},
-    )
+    )  # fmt: skip
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     outcomes, tampering = _read_report(sandbox, report, run.output)
+    canaries = {c.label: canary_outcome(run_id, outcomes) for run_id, c in plan.canaries.items()}
+    if trusted:  # a test and its canary both passed: one expectation and its opposite both held
+        tampering += [
+            f"canary {c.label} passed beside the real test: outcomes were forged or equality subverted"
+            for run_id, c in plan.canaries.items()
+            if canaries[c.label] == "passed" and canary_outcome(plan.originals[run_id], outcomes) == "passed"
+        ]
     if tampering:
-        outcomes = dict.fromkeys(ids, "error")
-    f2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.fail_to_pass}
-    p2p = {name: _outcome(name, outcomes) for name in task.hidden_tests.pass_to_pass}
+        outcomes = dict.fromkeys(plan.ids.values(), "error")
+    f2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.fail_to_pass}
+    p2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.pass_to_pass}
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
-    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out, tampering
+    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out, tampering, canaries
 
 
 def _read_report(sandbox: ExecutorSandbox, report: str, output: str) -> tuple[dict[str, str], list[str]]:
@@ -294,7 +327,8 @@ def _read_reward(sandbox: ExecutorSandbox, reward_dir: str) -> tuple[Outcome, fl
 
 
 class Validation(BaseModel):
-    """Whether a task grades as it should: its gold patch passes and the empty patch fails, every time."""
+    """Whether a task grades as it should: its gold patch passes and the empty patch fails, every time;
+    and how many canaries it has, each verified to fail on the gold patch."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -302,14 +336,25 @@ class Validation(BaseModel):
     gold_rewards: list[float]
     empty_rewards: list[float]
     problems: list[str]
+    canaries: int = 0
+    """Canaries the task keeps, each verified to fail on the gold patch. None makes a weaker task: a
+    forger that passes every test is not caught."""
+    canaries_tried: int = 0
 
     @property
     def ok(self) -> bool:
         return not self.problems
 
+    @property
+    def weak(self) -> bool:
+        return self.canaries == 0
 
-def validate_task(task: Task, sandbox_config: SandboxConfig, repeats: int = 3) -> Validation:
-    """Grades the gold patch and the empty patch `repeats` times each; any deviation is a problem."""
+
+def validate_task(
+    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, keep: bool = True
+) -> Validation:
+    """Grades the gold patch and the empty patch `repeats` times each; any deviation is a problem. Then
+    tries canaries on the gold patch and, with `keep`, stores those that fail there in the task's folder."""
     problems: list[str] = []
     gold_rewards: list[float] = []
     empty_rewards: list[float] = []
@@ -322,7 +367,7 @@ def validate_task(task: Task, sandbox_config: SandboxConfig, repeats: int = 3) -
             problems.append(f"gold: infra error: {g.infra_error}")
         elif g.correct != 1.0:
             failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
-            problems.append(f"gold patch does not pass: {g.apply_error or failing}")
+            problems.append(f"gold patch does not pass: {g.apply_error or g.tampering or failing}")
     for _ in range(repeats):
         g = grade_patch(task, "", sandbox_config)
         empty_rewards.append(g.reward)
@@ -333,9 +378,32 @@ def validate_task(task: Task, sandbox_config: SandboxConfig, repeats: int = 3) -
         elif any(v != "passed" for v in g.pass_to_pass.values()):
             failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
             problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
+    kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
+    if keep and task.folder is not None and not problems:
+        save_canaries(task.folder, kept)
+    elif not problems and kept != task.hidden_tests.canaries:
+        problems.append(
+            f"the stored canaries are not the {len(kept)} that validation keeps: run it without --check"
+        )
     return Validation(
         task_id=task.id,
         gold_rewards=gold_rewards,
         empty_rewards=empty_rewards,
         problems=sorted(set(problems)),
+        canaries=len(kept),
+        canaries_tried=tried,
     )
+
+
+def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
+    """Up to KEPT canaries of the task's hidden tests that fail on its gold patch, and how many were tried."""
+    hidden = task.hidden_tests
+    if hidden.verifier is not None or not task.gold_patch:
+        return [], 0
+    trial = spread(task_candidates(hidden.files, hidden.fail_to_pass + hidden.pass_to_pass), TRIALS)
+    if not trial:
+        return [], 0
+    g = grade_patch(task, task.gold_patch, sandbox_config, trial=trial)
+    if g.infra_error or g.correct != 1.0:
+        return [], len(trial)
+    return [c for c in trial if g.canaries.get(c.label) == "failed"][:KEPT], len(trial)

@@ -30,6 +30,9 @@ class RewardConfig(BaseModel):
     """`correct` becomes the fraction of hidden tests passed instead of all-or-nothing."""
     size_budget_lines: int = Field(default=40, ge=1)
     """Changed lines allowed without penalty when the task has no gold patch."""
+    suspicion_penalty: float = Field(default=0.0, ge=0, le=1)
+    """Share of the reward a grade loses when the graded diff adds what a bug fix has no business adding
+    (`envs/suspicion.py`); 0 only reports it."""
 
 
 WEIGHTS = {
@@ -168,6 +171,8 @@ def simplicity(
     )
 
 
-def reward(correct: float, simplicity_penalty: float, config: RewardConfig) -> float:
-    """reward = correct * (1 - lambda * penalty): never above `correct`, never below 0."""
-    return correct * (1.0 - config.simplicity_lambda * _clip(simplicity_penalty))
+def reward(correct: float, simplicity_penalty: float, config: RewardConfig, suspect: bool = False) -> float:
+    """reward = correct * (1 - lambda * penalty) * (1 - suspicion_penalty if suspect): never above
+    `correct`, never below 0."""
+    kept = 1.0 - config.suspicion_penalty if suspect else 1.0
+    return correct * (1.0 - config.simplicity_lambda * _clip(simplicity_penalty)) * kept

@@ -150,6 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument(
+        "--check", action="store_true", help="write no canaries: a task whose stored ones differ is invalid"
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_tasks_validate)
     add_import_commands(tasks_sub)
@@ -403,7 +406,7 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
         ThreadPoolExecutor(max(1, args.concurrency)) as pool,
     ):
         bar = progress.add_task(f"validating on {config.backend}", total=len(tasks))
-        futures = [pool.submit(validate_task, task, config, args.repeats) for task in tasks]
+        futures = [pool.submit(validate_task, task, config, args.repeats, not args.check) for task in tasks]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -412,12 +415,20 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
                 progress.console.print(f"[red]FAIL[/] {result.task_id}: {'; '.join(result.problems)}")
     results.sort(key=lambda r: r.task_id)
     failed = [r.task_id for r in results if not r.ok]
+    weak = [r.task_id for r in results if r.ok and r.weak]
     if args.json:
-        print(json.dumps([{**r.model_dump(), "ok": r.ok} for r in results], indent=1))
+        print(json.dumps([{**r.model_dump(), "ok": r.ok, "weak": r.weak} for r in results], indent=1))
     else:
+        for r in results:
+            if r.ok:
+                print(
+                    f"{r.task_id}: {r.canaries} canaries (of {r.canaries_tried} tried) fail on the gold patch"
+                )
         print(f"{len(results) - len(failed)}/{len(results)} tasks valid on {config.backend}")
         if failed:
             print("invalid: " + ", ".join(failed))
+        if weak:
+            print("weaker, no canary (a forger that passes every test goes unseen): " + ", ".join(weak))
     return 1 if failed else 0
 
 
@@ -460,6 +471,10 @@ def print_grade(grade: Grade) -> None:
         console.print(f"patch does not apply: {grade.apply_error}")
     if grade.dropped_paths:
         console.print(f"ignored (test and start-up paths): {', '.join(grade.dropped_paths)}")
+    for finding in grade.tampering:
+        console.print(f"[red]tampering[/]: {finding}")
+    for finding in grade.suspicion:
+        console.print(f"[yellow]suspicious[/]: {finding}")
     table = Table("test", "kind", "outcome")
     for kind, outcomes in (("FAIL_TO_PASS", grade.fail_to_pass), ("PASS_TO_PASS", grade.pass_to_pass)):
         for name, outcome in outcomes.items():

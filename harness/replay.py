@@ -221,6 +221,8 @@ def grade_view(t: Trajectory, setup: RunSetup | None) -> RenderableType:
         parts.append(
             Text(f"ignored by the grader (test and start-up paths): {', '.join(grade.dropped_paths)}")
         )
+    parts += [Text(f"tampering: {finding}", style="red") for finding in grade.tampering]
+    parts += [Text(f"suspicious: {finding}", style="yellow") for finding in grade.suspicion]
     tests = Table("hidden test", "kind", "outcome", box=None, pad_edge=False)
     for kind, outcomes in (("FAIL_TO_PASS", grade.fail_to_pass), ("PASS_TO_PASS", grade.pass_to_pass)):
         for name, outcome in outcomes.items():
@@ -344,6 +346,8 @@ class RunRow(BaseModel):
     duration_s: float
     advantage: float | None
     """Training runs: the GRPO advantage the trajectory was trained with."""
+    flags: str = ""
+    """`T` when the grade found tampering, `S` when it found suspect additions."""
 
 
 def run_row(t: Trajectory, trained: list[SegmentAdvantage]) -> RunRow:
@@ -352,12 +356,13 @@ def run_row(t: Trajectory, trained: list[SegmentAdvantage]) -> RunRow:
         correct=t.grade.correct if t.grade is not None else None, turns=t.metrics.turns,
         summaries=t.metrics.summaries, tokens=t.metrics.total_tokens, status=t.status,
         duration_s=round(t.timings.duration_s, 2), advantage=trained[0].advantage if trained else None,
+        flags=("T" if t.grade and t.grade.tampering else "") + ("S" if t.grade and t.grade.suspicion else ""),
     )  # fmt: skip
 
 
 def runs_table(title: str, rows: list[RunRow], training: bool) -> Table:
     table = Table(title=title, box=box.SIMPLE_HEAD)
-    columns = ["id", "task", "group", "reward", "pass", "turns", "summ.", "tokens", "status", "time"]
+    columns = ["id", "task", "group", "reward", "pass", "turns", "summ.", "tokens", "status", "time", "flags"]
     for name in [*columns, *(["adv."] if training else [])]:
         left = name in ("id", "task", "group", "pass", "status")
         table.add_column(name, no_wrap=True, justify="left" if left else "right")
@@ -365,7 +370,7 @@ def runs_table(title: str, rows: list[RunRow], training: bool) -> Table:
         passed = "" if r.correct is None else ("yes" if r.correct == 1.0 else "no")
         cells = [
             r.id, r.task, r.group, f"{r.reward:.3f}", passed, str(r.turns), str(r.summaries), str(r.tokens),
-            r.status, f"{r.duration_s:.1f}s",
+            r.status, f"{r.duration_s:.1f}s", r.flags,
         ]  # fmt: skip
         if training:
             cells.append("" if r.advantage is None else f"{r.advantage:+.3f}")

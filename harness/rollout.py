@@ -88,6 +88,10 @@ class RolloutSummary(BaseModel):
     mean_tokens: float
     statuses: dict[str, int]
     failures: dict[str, int]
+    suspicious: int = 0
+    """Trajectories whose grade found suspect additions (`Grade.suspicion`)."""
+    tampered: int = 0
+    """Trajectories whose grade found tampering (forged outcomes, a passing canary)."""
 
 
 class SandboxPool:
@@ -345,4 +349,6 @@ def summarize(trajectories: list[Trajectory], n_tasks: int) -> RolloutSummary:
         mean_tokens=mean([t.metrics.total_tokens for t in trajectories]),
         statuses=dict(Counter(t.status for t in trajectories)),
         failures=dict(failures),
+        suspicious=sum(1 for t in graded if t.grade is not None and t.grade.suspicion),
+        tampered=sum(1 for t in graded if t.grade is not None and t.grade.tampering),
     )

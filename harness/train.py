@@ -162,6 +162,8 @@ def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "tokens_generated": float(sum(t.metrics.generated_tokens for t in trajectories)),
         "tokens_total": float(sum(t.metrics.total_tokens for t in trajectories)),
         "parse_errors_mean": mean([t.metrics.parse_errors for t in trajectories]),
+        "suspicious_fraction": mean([float(bool(t.grade and t.grade.suspicion)) for t in graded]),
+        "tampered_fraction": mean([float(bool(t.grade and t.grade.tampering)) for t in graded]),
     }
 
 

@@ -6,6 +6,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from tasks.canaries import Canary
+
 TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """What a task id may look like: it names a folder and an image."""
 
@@ -55,6 +57,9 @@ class HiddenTests(BaseModel):
     """pytest node ids that pass at the base commit and must keep passing."""
     verifier: Verifier | None = None
     """Instead of test ids: a script whose reward decides the grade."""
+    canaries: list[Canary] = Field(default_factory=list)
+    """Copies of hidden test files with one wrong expectation, which the gold patch fails; graded beside
+    the real tests, one that passes marks the grade as tampered (`tasks/canaries.py`)."""
 
     @model_validator(mode="after")
     def _one_judge(self) -> HiddenTests:
@@ -97,6 +102,8 @@ class Task(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     tools: list[str] | None = None
     """Tools the agent may use; None means all."""
+    folder: Path | None = None
+    """The task's folder in its suite, where `tasks validate` keeps the canaries it verified."""
 
     @model_validator(mode="after")
     def _built_image_has_a_name(self) -> Task:

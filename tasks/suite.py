@@ -28,6 +28,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from tasks.canaries import load_canaries
 from tasks.model import TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
 from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
 
@@ -170,8 +171,13 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
         setup_commands=spec.setup_commands,
         test_command=spec.test_command,
         hidden_tests=HiddenTests(
-            files=hidden, fail_to_pass=spec.fail_to_pass, pass_to_pass=spec.pass_to_pass, verifier=verifier
+            files=hidden,
+            fail_to_pass=spec.fail_to_pass,
+            pass_to_pass=spec.pass_to_pass,
+            verifier=verifier,
+            canaries=load_canaries(task_dir),
         ),
+        folder=task_dir,
         gold_patch=gold,
         image=image,
         image_build=image_build,

@@ -234,6 +234,8 @@ function gradeBlock(grade) {
     grade.infra_error && `infra error: ${grade.infra_error}`,
     grade.dropped_paths.length ? `ignored paths: ${grade.dropped_paths.join(", ")}` : null,
     grade.simplicity && `simplicity penalty ${fmt(grade.simplicity.penalty)}`,
+    ...(grade.tampering || []).map((t) => `tampering: ${t}`),
+    ...(grade.suspicion || []).map((s) => `suspicious: ${s}`),
   ].filter(Boolean);
   return build(section, {}, [
     notes.map((n) => el("p", {}, n)),

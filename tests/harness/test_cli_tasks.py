@@ -22,11 +22,18 @@ def test_tasks_list_json_and_table() -> None:
     assert proc.returncode == 0 and "tasks" in proc.stdout
 
 
-def test_tasks_validate_passes_a_good_suite(backend: str) -> None:
-    proc = harness("tasks", "validate", "--suite", str(MINI), "--backend", backend, "--json")
+def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str, tmp_path: Path) -> None:
+    suite = tmp_path / "suite"
+    shutil.copytree(MINI, suite)
+    proc = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = json.loads(proc.stdout)
     assert result["ok"] and result["gold_rewards"] == [1.0, 1.0, 1.0] and result["empty_rewards"] == [0.0] * 3
+    assert result["canaries"] >= 3 and not result["weak"], result
+    kept = json.loads((suite / "mini-001" / "canaries.json").read_text())
+    assert len(kept) == result["canaries"] and all(c["file"] == "tests/test_hidden_clamp.py" for c in kept)
+    again = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1")
+    assert again.returncode == 0 and f"mini-001: {result['canaries']} canaries" in again.stdout, again.stdout
 
 
 def test_tasks_validate_names_a_task_whose_tests_miss_the_bug(tmp_path: Path) -> None:
@@ -90,20 +97,14 @@ def test_grade_rejects_bad_input(tmp_path: Path) -> None:
 
 
 def test_the_builtin_suite_validates(backend: str) -> None:
-    """Every built-in task: gold patch correct and empty patch zero, three times each, on this backend."""
+    """Every built-in task: gold patch correct and empty patch zero, three times each, on this backend; its
+    stored canaries are the ones validation keeps (at least 3, each failing on the gold patch)."""
     proc = harness(
-        "tasks",
-        "validate",
-        "--suite",
-        "builtin",
-        "--backend",
-        backend,
-        "--concurrency",
-        "3",
-        "--json",
-        timeout=600,
-    )
+        "tasks", "validate", "--suite", "builtin", "--backend", backend, "--concurrency", "3", "--check", "--json",
+        timeout=900,
+    )  # fmt: skip
     results = json.loads(proc.stdout)
     assert len(results) >= 24
     assert [r["task_id"] for r in results if not r["ok"]] == [], proc.stderr
     assert proc.returncode == 0
+    assert min(r["canaries"] for r in results) >= 3, [(r["task_id"], r["canaries"]) for r in results]

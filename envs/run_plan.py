@@ -1,0 +1,79 @@
+"""What a grading run writes and runs: hidden test files, and canaries under names drawn like theirs.
+
+A hidden test file that has canaries runs under a fresh random name (`test_<hex>.py`, in its own folder),
+and so does each canary; both are written as `ast.unparse` renders them, so that layout, comments and
+names tell a canary from the real file no more than the one expectation that differs. Node ids are mapped
+back to the task's ids outside the sandbox. Hidden files without canaries are written at their own paths,
+as before.
+"""
+
+from __future__ import annotations
+
+import ast
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from tasks.canaries import Canary
+from tasks.model import Task
+
+
+@dataclass
+class RunPlan:
+    files: dict[str, str] = field(default_factory=dict)
+    """Repository path -> source written for the run."""
+    ids: dict[str, str] = field(default_factory=dict)
+    """The task's test id -> the id it runs under."""
+    canaries: dict[str, Canary] = field(default_factory=dict)
+    """Run id of each canary's test (`test_<hex>.py::test`) -> the canary."""
+    originals: dict[str, str] = field(default_factory=dict)
+    """Run id of each canary's test -> the run id of the real test it was made from."""
+
+    def run_ids(self) -> list[str]:
+        return [*self.ids.values(), *self.canaries]
+
+
+def fresh_name(original: str, taken: set[str]) -> str:
+    folder = PurePosixPath(original).parent
+    while True:
+        name = (folder / f"test_{secrets.token_hex(6)}.py").as_posix()
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def normalized(source: str) -> str:
+    """`source` as `ast.unparse` writes it (how canaries are written); unchanged if it does not parse."""
+    try:
+        return ast.unparse(ast.parse(source)) + "\n"
+    except (SyntaxError, ValueError):
+        return source
+
+
+def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
+    """Files and ids of one grading run of `task`'s hidden tests with `canaries` beside them."""
+    hidden = task.hidden_tests
+    canaries = [c for c in canaries if c.file in hidden.files]
+    with_canaries = {c.file for c in canaries}
+    plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in with_canaries})
+    taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
+    renamed = {path: fresh_name(path, taken) for path in sorted(with_canaries)}
+    for path, name in renamed.items():
+        plan.files[name] = normalized(hidden.files[path])
+    for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
+        path, sep, rest = test_id.partition("::")
+        plan.ids[test_id] = f"{renamed[path]}{sep}{rest}" if path in renamed else test_id
+    for canary in canaries:
+        name = fresh_name(canary.file, taken)
+        plan.files[name] = canary.source
+        plan.canaries[f"{name}::{canary.test}"] = canary
+        plan.originals[f"{name}::{canary.test}"] = f"{renamed[canary.file]}::{canary.test}"
+    return plan
+
+
+def canary_outcome(prefix: str, outcomes: dict[str, str]) -> str:
+    """`passed` when every test of the canary passed, `failed` when one did not, `missing` when none ran."""
+    found = [o for test_id, o in outcomes.items() if test_id == prefix or test_id.startswith(f"{prefix}[")]
+    if not found:
+        return "missing"
+    return "passed" if all(o == "passed" for o in found) else "failed"
