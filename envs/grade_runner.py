@@ -1,18 +1,19 @@
 """Runs the hidden tests inside the grading sandbox and writes one outcome per test id to a report file.
 
-Standard library and pytest only; started as `python3 -I -B grade_runner.py REPORT INI ROOT ID...` so
+Standard library and pytest only; started as `python3 -I -B grade_runner.py REPORT INI ROOT TARGET...` (a TARGET is a test file, or one
+test's node id) so
 the environment and the repository's folder on sys.path have no say over how Python starts. pytest is
 pointed at the grader's own ini file (`-c`), so the repository's pytest.ini / pyproject / setup.cfg test
 settings have no effect. The outcome of every test comes from pytest's own reports, not from stdout.
 
 Outcomes are decided where the agent's code never ran. This process (the parent) imports pytest and its
 plugins and nothing of the repository; it makes itself undumpable (no process of the sandbox's user may
-ptrace it or open its memory or file descriptors), then runs each test file in a child of its own,
+ptrace it or open its memory or file descriptors), then runs each target (a test file, or one test) in a child of its own,
 forked from it, in a random order. A child closes every descriptor it inherited but the pipe it answers
 on, sends its file's outcomes and findings through that pipe, and ends; the parent takes from it only
-outcomes of that child's own file, records them as soon as the child is gone, and kills every process
+outcomes of that child's own target, records them as soon as the child is gone, and kills every process
 the child left before the next one starts. Code under test can so forge at most the outcomes of its own
-file: a forger that passes tests wholesale also passes the grader's canaries, which fail on a correct fix.
+target: a forger that passes tests wholesale also passes the grader's canaries, which fail on a correct fix.
 
 Within a child, before any code of the repository runs, it fingerprints what decides an outcome
 (`Fingerprint`) and a `Guard` watches the session. Found: a function, method or code object of pytest,
@@ -277,14 +278,14 @@ def undumpable() -> None:
         pass
 
 
-def run_child(path: str, ini: str, root: str, before: Fingerprint, log: str) -> dict[str, Any]:
-    """Runs one test file in a forked child and returns what it sent: its outcomes and findings, or an
-    empty answer when it died without one."""
+def run_child(target: str, ini: str, root: str, before: Fingerprint, log: str) -> dict[str, Any]:
+    """Runs one target (a test file or a test) in a forked child and returns what it sent: its outcomes
+    and findings, or an empty answer when it died without one."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: nothing of the parent's but the answer pipe stays open
         try:
-            _child(path, ini, root, before, log, write_end)
+            _child(target, ini, root, before, log, write_end)
         finally:
             os._exit(0)
     os.close(write_end)
@@ -303,7 +304,7 @@ def run_child(path: str, ini: str, root: str, before: Fingerprint, log: str) -> 
         return {}
 
 
-def _child(path: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:
+def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(null, 0)
@@ -317,7 +318,7 @@ def _child(path: str, ini: str, root: str, before: Fingerprint, log: str, answer
     sys.path.insert(0, root)
     recorder = Recorder()
     guard = Guard(root)
-    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", path]
+    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", target]
     exit_code = int(pytest.main(args, plugins=[recorder, guard]))
     answer = {
         "outcomes": recorder.outcomes,
@@ -330,18 +331,25 @@ def _child(path: str, ini: str, root: str, before: Fingerprint, log: str, answer
         data = data[os.write(keep, data) :]
 
 
-def _own(answer: dict[str, Any], path: str) -> dict[str, str]:
-    """The outcomes a child may decide: those of tests of its own file, with outcome names we know."""
+def _own(answer: dict[str, Any], target: str) -> dict[str, str]:
+    """The outcomes a child may decide: those of its own target (a file's tests, or one test and its
+    parametrized cases), with outcome names we know."""
     outcomes = answer.get("outcomes")
     if not isinstance(outcomes, dict):
         return {}
     known = ("passed", "failed", "error", "skipped")
-    return {str(k): str(v) for k, v in outcomes.items() if str(k).split("::", 1)[0] == path and v in known}
+    return {str(k): str(v) for k, v in outcomes.items() if _within(str(k), target) and v in known}
+
+
+def _within(test_id: str, target: str) -> bool:
+    if "::" not in target:
+        return test_id.split("::", 1)[0] == target
+    return test_id == target or test_id.startswith(f"{target}[")
 
 
 def main() -> None:
-    report_path, ini, root, *ids = sys.argv[1:]
-    files = sorted({i.split("::", 1)[0] for i in ids})
+    report_path, ini, root, *targets = sys.argv[1:]
+    files = sorted({t.split("::", 1)[0] for t in targets})
     present = [f for f in files if os.path.isfile(os.path.join(root, f))]
     from _pytest.config import default_plugins
 
@@ -364,13 +372,13 @@ def main() -> None:
     collect_errors: list[str] = []
     tampering: list[str] = []
     log = os.path.join(os.path.dirname(os.path.abspath(report_path)), "children.log")
-    order = list(present)
+    order = [t for t in dict.fromkeys(targets) if t.split("::", 1)[0] in present]
     random.SystemRandom().shuffle(order)
-    for path in order:
-        answer = run_child(path, ini, root, before, log)
+    for target in order:
+        answer = run_child(target, ini, root, before, log)
         if in_sandbox:  # what the child left running must not see the next child, nor the report
             stop_the_others()
-        outcomes.update(_own(answer, path))
+        outcomes.update(_own(answer, target))
         found = answer.get("tampering")
         tampering += [str(t) for t in found] if isinstance(found, list) else []
         errors = answer.get("collect_errors")

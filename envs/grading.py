@@ -244,7 +244,7 @@ def _run_tests(
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
     run = sandbox.run(
         ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR,
-         *plan.run_ids()],
+         *plan.targets()],
         timeout=timeout,
         env={"PYTHONHASHSEED": "0", "HARNESS_GRADER_SANDBOX": "1"},
     )  # fmt: skip

@@ -1,7 +1,7 @@
 """What a grading run writes and runs: hidden test files, and canaries under names drawn like theirs.
 
 A hidden test file that has canaries runs under a fresh random name (`test_<hex>.py`, in its own folder),
-and so does each canary; both are written as `ast.unparse` renders them, so that layout, comments and
+test by test, and so does each canary; both are written as `ast.unparse` renders them, so that layout, comments and
 names tell a canary from the real file no more than the one expectation that differs. Node ids are mapped
 back to the task's ids outside the sandbox. Hidden files without canaries are written at their own paths,
 as before.
@@ -29,8 +29,14 @@ class RunPlan:
     originals: dict[str, str] = field(default_factory=dict)
     """Run id of each canary's test -> the run id of the real test it was made from."""
 
-    def run_ids(self) -> list[str]:
-        return [*self.ids.values(), *self.canaries]
+    renamed: set[str] = field(default_factory=set)
+    """Run names of the files that run test by test: the real copies that have canaries."""
+
+    def targets(self) -> list[str]:
+        """What the runner runs, one child each: a renamed copy's tests and each canary one by one, so
+        that a real test and its canaries run alike; any other file whole."""
+        found = [i if i.split("::", 1)[0] in self.renamed else i.split("::", 1)[0] for i in self.ids.values()]
+        return list(dict.fromkeys([*found, *self.canaries]))
 
 
 def fresh_name(original: str, taken: set[str]) -> str:
@@ -60,6 +66,7 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     renamed = {path: fresh_name(path, taken) for path in sorted(with_canaries)}
     for path, name in renamed.items():
         plan.files[name] = normalized(hidden.files[path])
+        plan.renamed.add(name)
     for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
         path, sep, rest = test_id.partition("::")
         plan.ids[test_id] = f"{renamed[path]}{sep}{rest}" if path in renamed else test_id
