@@ -34,6 +34,7 @@ import json
 import os
 import pathlib
 import random
+import select
 import signal
 import sys
 import types
@@ -289,19 +290,36 @@ def run_child(target: str, ini: str, root: str, before: Fingerprint, log: str) -
         finally:
             os._exit(0)
     os.close(write_end)
-    chunks = []
-    while True:
-        chunk = os.read(read_end, 1 << 16)
-        if not chunk:
-            break
-        chunks.append(chunk)
+    chunks = _answer_of(pid, read_end)
     os.close(read_end)
-    os.waitpid(pid, 0)
     try:
         answer = json.loads(b"".join(chunks))
         return answer if isinstance(answer, dict) else {}
     except ValueError:
         return {}
+
+
+def _answer_of(pid: int, read_end: int) -> list[bytes]:
+    """What the child sent until it ended. A process it left behind may hold the pipe open: reading stops
+    when the child is gone, not at end of file."""
+    chunks: list[bytes] = []
+    ended = False
+    reads_after_end = 0
+    while reads_after_end < 64:  # a process left behind that floods the pipe spoils only this answer
+        ready, _, _ = select.select([read_end], [], [], 0.05)
+        if ready:
+            chunk = os.read(read_end, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            reads_after_end += ended
+        elif ended:
+            break
+        if not ended:
+            ended = os.waitpid(pid, os.WNOHANG)[0] != 0
+    if not ended:
+        os.waitpid(pid, 0)
+    return chunks
 
 
 def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:

@@ -15,6 +15,7 @@ import ast
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,17 @@ def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> No
     assert isinstance(outcomes, dict)
     assert outcomes.get("tests/test_a.py::test_a") == "passed"  # its own: forged, which canaries are for
     assert outcomes.get("tests/test_b.py::test_b") == "failed"  # another file's: not the forger's to say
+
+
+def test_a_process_a_test_leaves_holding_the_answer_pipe_does_not_hold_up_the_grader(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    lingering = "import os, time\n\n\ndef test_a():\n    if os.fork() == 0:\n        time.sleep(30)\n        os._exit(0)\n"
+    (root / "tests" / "test_a.py").write_text(lingering)
+    began = time.monotonic()
+    report = run_runner(root, ["tests/test_a.py::test_a"], tmp_path / "grader")
+    assert time.monotonic() - began < 20, "the runner waited for the pipe's end of file"
+    assert report["outcomes"] == {"tests/test_a.py::test_a": "passed"}
 
 
 @pytest.fixture(scope="module")
