@@ -110,6 +110,8 @@ def attack_outcome(kind: str, result: CommandResult) -> str:
         return "limit"
     if kind == "memory-bomb" and result.replaced and "memory" in (result.failure or ""):
         return "limit"
+    if kind == "memory-bomb" and result.replaced and "died or was killed" in (result.failure or ""):
+        return "limit"  # the OOM killer took the executor first (seen on Docker on a loaded host)
     if kind == "disk-fill" and result.failure is None and any(e in result.output for e in DISK_FULL):
         return "limit"
     if kind == "output-flood" and result.failure is None and result.truncated and result.output_bytes > 1e6:

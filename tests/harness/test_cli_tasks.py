@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tasks.suite import load_suite
 from tests.harness.test_cli import harness
 
@@ -96,6 +98,7 @@ def test_grade_rejects_bad_input(tmp_path: Path) -> None:
     assert proc.returncode != 0 and "no such file" in proc.stderr
 
 
+@pytest.mark.timeout(1200)
 def test_the_builtin_suite_validates(backend: str) -> None:
     """Every built-in task: gold patch correct and empty patch zero, three times each, on this backend; its
     stored canaries are the ones validation keeps (at least 3, each failing on the gold patch)."""
