@@ -12,7 +12,9 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import shlex
 import shutil
+import stat
 import subprocess
 import sys
 import threading
@@ -24,12 +26,15 @@ from typing import Any
 
 from envs import cgroups
 from envs.channel import ExecutorChannel
+from envs.host_paths import reachable, readable_source
 from envs.lifecycle import current_owner, track
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 
 EXECUTOR = Path(__file__).with_name("executor.py")
 SANDBOX_UID = 1000
+BRIDGE_ROOT = Path("/tmp/.harness-bridges")
+"""Empty folders that host folders the sandbox's user cannot reach are bound on, in its own mount namespace."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 ETC_FILES = (
     "ld.so.cache",
@@ -138,23 +143,91 @@ class BwrapIsolation:
         self.stderr.unlink(missing_ok=True)
 
 
-def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandbox:
-    """Starts a bubblewrap sandbox whose /repo starts as a copy of `source_dir`."""
-    bwrap = bwrap_path()
-    if bwrap is None:
-        raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
-    owner = current_owner(config.state_dir, config.expiry_s)
-    run_dir = config.state_dir / owner.run_id
-    sandbox_id = uuid.uuid4().hex[:12]
-    sock_path = run_dir / f"{sandbox_id}.sock"
-    channel = ExecutorChannel(sock_path)
+def sandbox_host_user(config: SandboxConfig) -> int | None:
+    """The host uid to drop to before bwrap: `config.host_uid` when the harness runs as root, else None.
 
-    group: cgroups.Cgroup | None = cgroups.Cgroup(f"{cgroups.PARENT}/{owner.run_id}--{sandbox_id}")
-    try:
-        group.create(config.pids_limit, config.memory_mb << 20, config.cpus)  # type: ignore[union-attr]
-    except OSError:
-        group = None  # no writable cgroups here: rlimits below are all we have
+    Started by root, bwrap would map the sandbox's user to the host's root (without capabilities, but
+    the owner of every root file it can reach, and free of the process rlimit, which the kernel does not
+    apply to root). Started by another user, it maps to that user, who is unprivileged already.
+    """
+    return config.host_uid if os.geteuid() == 0 else None
 
+
+def _run_files(run_dir: Path, uid: int | None) -> tuple[Path, Path]:
+    """The run's copies of the executor and of the sandbox's passwd / group files, readable by `uid`.
+
+    Sandboxes of a run start from threads at once: each file is written under a private name, then
+    renamed into place.
+    """
+    if uid is not None:  # the sandbox's user finds the run's sockets and files in it
+        run_dir.chmod(run_dir.stat().st_mode | 0o111)
+    etc = run_dir / "etc"
+    etc.mkdir(exist_ok=True)
+    etc.chmod(0o755)
+    files = {
+        etc / "passwd": f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n",
+        etc / "group": f"root:x:0:\nagent:x:{SANDBOX_UID}:\n",
+        run_dir / "executor.py": EXECUTOR.read_text(),
+    }
+    for path, text in files.items():
+        if not path.exists() or path.read_text() != text:
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}")
+            tmp.write_text(text)
+            tmp.chmod(0o644)
+            tmp.rename(path)
+    return etc, run_dir / "executor.py"
+
+
+class Bridges:
+    """Host folders the sandbox's user cannot find by name, each with the folder it is reached through.
+
+    bwrap looks up what it binds as the sandbox's host user, so a folder under a parent only root may
+    search (a checkout or a state folder in /root, or in a private temporary folder) cannot be bound as
+    it is. Root binds each such folder onto an empty folder of `BRIDGE_ROOT`, in a mount namespace made
+    for this one sandbox (the host's mounts do not change), and bwrap binds from there.
+    """
+
+    def __init__(self, folders: list[Path], uid: int | None) -> None:
+        far = [] if uid is None else [f for f in dict.fromkeys(folders) if not reachable(f, uid, uid)]
+        self.points: dict[Path, Path] = {}
+        if far:
+            _make_bridge_root()
+        for i, folder in enumerate(far):
+            point = BRIDGE_ROOT / str(i)
+            point.mkdir(mode=0o755, exist_ok=True)
+            self.points[folder] = point
+
+    def __call__(self, path: Path | str) -> str:
+        """`path` as the sandbox's host user reaches it."""
+        path = Path(path)
+        for folder, point in self.points.items():
+            if path == folder or folder in path.parents:
+                return str(point / path.relative_to(folder))
+        return str(path)
+
+    def launcher(self) -> list[str]:
+        """The command prefix that makes the mount namespace with the bridges, or nothing when none."""
+        if not self.points:
+            return []
+        mounts = [f"mount --bind {shlex.quote(str(f))} {shlex.quote(str(p))}" for f, p in self.points.items()]
+        script = " && ".join(mounts) + ' && exec "$@"'
+        return ["unshare", "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh"]
+
+
+def _make_bridge_root() -> None:
+    BRIDGE_ROOT.mkdir(mode=0o755, exist_ok=True)
+    st = BRIDGE_ROOT.lstat()
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != 0 or st.st_mode & 0o022:
+        raise SandboxError(f"{BRIDGE_ROOT} must be a folder of root's that only root may write")
+
+
+def _bwrap_args(
+    bwrap: str, config: SandboxConfig, run_dir: Path, uid: int | None, source: Path | None
+) -> tuple[list[str], Bridges]:
+    """bwrap's arguments up to the executor's command, and the bridges they need."""
+    etc, executor = _run_files(run_dir, uid)
+    binds = [Path(d) for d in python_dirs()] + ([source] if source is not None else [])
+    bridge = Bridges([*binds, run_dir], uid)
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
     if can_disable_userns(bwrap):  # else the agent makes a user namespace, with every capability in it
         args += ["--unshare-user", "--disable-userns"]
@@ -167,60 +240,93 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     for name in ETC_FILES:
         if os.path.exists(f"/etc/{name}"):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
-    identity = run_dir / "etc"
-    identity.mkdir(exist_ok=True)
-    for name, text in (
-        ("passwd", f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n"),
-        ("group", f"root:x:0:\nagent:x:{SANDBOX_UID}:\n"),
-    ):
-        if not (identity / name).exists():  # threads start sandboxes at once: write, then rename
-            tmp = identity / f".{name}.{sandbox_id}"
-            tmp.write_text(text)
-            tmp.rename(identity / name)
     args += [
         "--ro-bind",
-        str(identity / "passwd"),
+        bridge(etc / "passwd"),
         "/etc/passwd",
         "--ro-bind",
-        str(identity / "group"),
+        bridge(etc / "group"),
         "/etc/group",
     ]
-    # Run as root, bwrap maps the sandbox's user to the host's root (without capabilities): files that
-    # only root may write are the sandbox's to write, so the kernel's settings in /proc/sys (the host's
-    # own: core_pattern runs a program as root) are bound read-only, and /dev is read-only but for a
-    # size-capped /dev/shm that reset empties.
+    # The kernel's settings in /proc/sys are the host's own (core_pattern runs a program as root), and
+    # /dev is read-only but for a size-capped /dev/shm that reset empties.
     args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
     args += ["--remount-ro", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
     for d in python_dirs():  # after the tmpfs mounts: a Python under /tmp must not be hidden by them
-        args += ["--ro-bind", d, d]
-    pristine = []
+        args += ["--ro-bind", bridge(d), d]
+    if source is not None:
+        args += ["--ro-bind", bridge(source), "/opt/pristine"]
+    args += ["--ro-bind", bridge(executor), "/opt/harness/executor.py"]
+    return args, bridge
+
+
+def _launcher(
+    group: cgroups.Cgroup | None, config: SandboxConfig, uid: int | None, bridge: Bridges
+) -> list[str]:
+    """The command that puts itself into the control group, sets the rlimits a shell can, becomes the
+    sandbox's host user and then bwrap, so that not even bwrap's first fork escapes the limits."""
+    setup = [f"echo $$ > {f}" for f in (group.procs_files() if group else [])]
+    setup += [f"ulimit -f {config.disk_mb * 1024 * 2}"]  # largest file, in 512-byte blocks
+    if group is None:  # the process limit is the executor's own rlimit (--max-processes)
+        setup += [f"ulimit -v {(config.memory_mb + 512) * 1024}"]
+    command = ["/bin/sh", "-c", "; ".join(setup) + '; exec "$@"', "sh"]
+    if uid is None:
+        return command
+    if shutil.which("setpriv") is None:
+        raise SandboxError(
+            "setpriv (util-linux) is needed to run bubblewrap sandboxes as an unprivileged user"
+        )
+    return [
+        *command,
+        *bridge.launcher(),
+        "setpriv",
+        f"--reuid={uid}",
+        f"--regid={uid}",
+        "--clear-groups",
+        "--",
+    ]
+
+
+def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandbox:
+    """Starts a bubblewrap sandbox whose /repo starts as a copy of `source_dir`."""
+    bwrap = bwrap_path()
+    if bwrap is None:
+        raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    owner = current_owner(config.state_dir, config.expiry_s)
+    run_dir = config.state_dir / owner.run_id
+    uid = sandbox_host_user(config)
+    source = None
     if source_dir is not None:
-        args += ["--ro-bind", str(Path(source_dir).resolve()), "/opt/pristine"]
-        pristine = ["--pristine", "/opt/pristine"]
-    args += ["--ro-bind", str(EXECUTOR), "/opt/harness/executor.py"]
-    args += ["--bind", str(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
+        source = Path(source_dir).resolve()
+        source = readable_source(source, run_dir) if uid is not None else source
+    sandbox_id = uuid.uuid4().hex[:12]
+    sock_path = run_dir / f"{sandbox_id}.sock"
+    channel = ExecutorChannel(sock_path)
+
+    group: cgroups.Cgroup | None = cgroups.Cgroup(f"{cgroups.PARENT}/{owner.run_id}--{sandbox_id}")
+    try:
+        group.create(config.pids_limit, config.memory_mb << 20, config.cpus)  # type: ignore[union-attr]
+    except OSError:
+        group = None  # no writable cgroups here: rlimits are all we have
+
+    args, bridge = _bwrap_args(bwrap, config, run_dir, uid, source)
+    args += ["--bind", bridge(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
     args += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: files put there would outlive a reset
     python = os.path.realpath(sys.executable)
     args += [python, "-I", "/opt/harness/executor.py", "--connect", "/run/harness.sock", "--workdir", WORKDIR]
-    args += [*pristine, "--label", f"{owner.run_id}/{sandbox_id}"]
-
-    # A shell puts itself into the control group and sets rlimits before it becomes bwrap, so not even
-    # bwrap's first fork escapes the limits.
-    setup = [f"echo $$ > {f}" for f in (group.procs_files() if group else [])]
-    setup += [f"ulimit -f {config.disk_mb * 1024 * 2}"]  # largest file, in 512-byte blocks
-    if group is None:
-        setup += [f"ulimit -u {config.pids_limit}", f"ulimit -v {(config.memory_mb + 512) * 1024}"]
-    script = "; ".join(setup) + '; exec "$@"'
+    args += ["--pristine", "/opt/pristine"] if source is not None else []
+    args += ["--label", f"{owner.run_id}/{sandbox_id}", "--max-processes", str(config.pids_limit)]
+    command = _launcher(group, config, uid, bridge) + args
     path_dirs = [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
     env = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
     stderr_path = run_dir / f"{sandbox_id}.stderr"
     with stderr_path.open("wb") as stderr:
         proc: subprocess.Popen[bytes] = SPAWNER.call(
             lambda: subprocess.Popen(
-                ["/bin/sh", "-c", script, "sh", *args],
+                command,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,

@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import shutil
-import stat
 import tarfile
 import tempfile
 import threading
@@ -31,6 +29,7 @@ import requests.exceptions
 
 from envs import cgroups
 from envs.channel import ExecutorChannel
+from envs.host_paths import readable_source
 from envs.lifecycle import Owner, current_owner, track
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
@@ -138,41 +137,6 @@ def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
         if all(d.is_dir() for d in group.dirs.values()):
             return group
     return None
-
-
-_copies: dict[tuple[Path, Path], tuple[list[tuple[str, int, int, int]], Path]] = {}
-_copies_lock = threading.Lock()
-
-
-def readable_source(source: Path, run_dir: Path) -> Path:
-    """`source` when the sandbox's unprivileged user can read all of it, else a readable copy.
-
-    A bind mount keeps the host's modes, so a folder private to root (tempfile.mkdtemp makes those)
-    would be unreadable inside the container. The copy is made once per run and shared by the run's
-    sandboxes of that source (they mount it read-only), until the source changes.
-    """
-    entries = [(p, p.lstat()) for p in (source, *source.rglob("*"))]
-    if all(_world_readable(st.st_mode) for _, st in entries):
-        return source
-    stamp = [(str(p), st.st_mode, st.st_size, st.st_mtime_ns) for p, st in entries]
-    with _copies_lock:  # sandboxes of one task start together: one copy for all of them
-        known = _copies.get((source, run_dir))
-        if known is not None and known[0] == stamp and known[1].is_dir():
-            return known[1]
-        copy = run_dir / f"source-{uuid.uuid4().hex[:8]}"
-        shutil.copytree(source, copy, symlinks=True)
-        for p in (copy, *copy.rglob("*")):
-            if not p.is_symlink():
-                p.chmod(p.stat().st_mode | (0o555 if p.is_dir() else 0o444))
-        _copies[(source, run_dir)] = (stamp, copy)  # an older copy stays: a running sandbox mounts it
-        return copy
-
-
-def _world_readable(mode: int) -> bool:
-    if stat.S_ISLNK(mode):
-        return True
-    need = stat.S_IROTH | stat.S_IXOTH if stat.S_ISDIR(mode) else stat.S_IROTH
-    return mode & need == need
 
 
 def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | None = None) -> ExecutorSandbox:

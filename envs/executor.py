@@ -25,6 +25,7 @@ import io
 import json
 import os
 import re
+import resource
 import select
 import shutil
 import signal
@@ -434,7 +435,10 @@ def main() -> None:
     parser.add_argument("--pristine", default=None, help="read-only start state copied into workdir")
     parser.add_argument("--shell", default="/bin/sh")
     parser.add_argument("--label", default="", help="run and sandbox id, for ps and the reaper")
+    parser.add_argument("--max-processes", type=int, default=None, help="the sandbox's process rlimit")
     args = parser.parse_args()
+    if args.max_processes is not None:  # counted per user namespace: this sandbox's processes only
+        resource.setrlimit(resource.RLIMIT_NPROC, (args.max_processes, args.max_processes))
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)

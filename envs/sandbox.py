@@ -53,6 +53,10 @@ class SandboxConfig(BaseModel):
     """A sandbox older than this whose owner cannot be checked is removed by the reaper."""
     state_dir: Path = Path("/tmp/harness-sandboxes")
     """Host folder for executor sockets and run ownership records."""
+    host_uid: int = Field(default=61000, ge=1)
+    """Host user id a bubblewrap sandbox's processes run as when the harness runs as root: an account that
+    owns nothing (the sandbox's own user, uid 1000 inside, maps to it). A harness run by another user maps
+    the sandbox to that user. Docker sandboxes run as the image's user, host uid 1000."""
 
 
 class CommandResult(BaseModel):

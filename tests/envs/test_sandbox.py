@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.docker import readable_source
+from envs.host_paths import readable_source
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxError, SandboxUnusable
 
