@@ -53,6 +53,8 @@ PYTEST_SETS = {"_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"}
 """Names pytest itself binds during a run (lazily made classes)."""
 PYTEST_ADDS = {"_pytest_diamond_inheritance_warning_shown"}
 """A class attribute pytest itself adds (a warning shown once)."""
+QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
+"""The plugins the parent imported cannot be rewritten in a child, and pytest would say so every time."""
 
 
 class Recorder:
@@ -323,6 +325,8 @@ def _answer_of(pid: int, read_end: int) -> list[bytes]:
 
 
 def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:
+    for block in [f for f in sys.meta_path if isinstance(f, RepositoryBlock)]:
+        block.lift()
     null = os.open(os.devnull, os.O_RDONLY)
     out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     os.dup2(null, 0)
@@ -336,7 +340,7 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answ
     sys.path.insert(0, root)
     recorder = Recorder()
     guard = Guard(root)
-    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", target]
+    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *QUIET, target]
     exit_code = int(pytest.main(args, plugins=[recorder, guard]))
     answer = {
         "outcomes": recorder.outcomes,
@@ -365,19 +369,74 @@ def _within(test_id: str, target: str) -> bool:
     return test_id == target or test_id.startswith(f"{target}[")
 
 
+class RepositoryBlock:
+    """A finder first on `sys.meta_path` of the parent that refuses every module found inside the
+    repository. The parent imports pytest's and the environment's plugins, and an editable install's
+    `.pth` may put the repository (or its `src/`) on `sys.path`, where an optional import of a plugin
+    would find a file the agent wrote; no such import gets through. Children take it off first."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.path = list(sys.path)
+
+    def install(self) -> None:
+        """Puts the block first and takes the repository's folders off `sys.path`."""
+        sys.path[:] = [p for p in self.path if not _inside(os.path.join(p or ".", "x"), self.root)]
+        sys.meta_path.insert(0, self)
+
+    def lift(self) -> None:
+        """What a child does before it runs the tests: the finder goes, `sys.path` is as it was."""
+        sys.meta_path[:] = [f for f in sys.meta_path if f is not self]
+        sys.path[:] = self.path
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is None:
+                continue
+            places = [spec.origin or "", *(spec.submodule_search_locations or [])]
+            if any(p and _inside(p, self.root) for p in places):
+                raise ImportError(f"the grader's runner does not import {name} from the repository")
+            return spec
+        return None
+
+
+def warm_up(root: str) -> None:
+    """Imports pytest's own plugins and the environment's (`pytest11` entry points) in the parent, with
+    every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
+    under test runs, so a plugin that patches pytest when imported is not taken for tampering, and every
+    child starts warm instead of importing them again (anyio's plugin alone, with trio, took half a
+    second a child). Then the heap is frozen, so that a child's collections skip what it inherited."""
+    RepositoryBlock(root).install()
+    from _pytest.config import default_plugins
+
+    modules = [f"_pytest.{plugin}" for plugin in default_plugins] + ["unittest"]
+    if not os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
+        from importlib.metadata import entry_points
+
+        try:
+            found: Any = entry_points(group="pytest11")
+        except TypeError:  # Python before 3.10: a dict of groups
+            found = entry_points().get("pytest11", [])
+        modules += [ep.value.split(":", 1)[0] for ep in found]
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # a plugin that fails here fails again in the child, where pytest reports it
+            pass
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
 def main() -> None:
     report_path, ini, root, *targets = sys.argv[1:]
     files = sorted({t.split("::", 1)[0] for t in targets})
     present = [f for f in files if os.path.isfile(os.path.join(root, f))]
-    from _pytest.config import default_plugins
-
-    # Imported now, so that they are fingerprinted before the code under test runs, and so that every
-    # child starts warm.
-    for name in [f"_pytest.{plugin}" for plugin in default_plugins] + ["unittest"]:
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            pass
+    warm_up(os.path.realpath(root))
     before = Fingerprint()
     tests_before = {f: _digest(os.path.join(root, f)) for f in present}
     undumpable()

@@ -41,7 +41,7 @@ from envs.factory import start_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
-from envs.run_plan import RunPlan, canary_outcome, plan_run
+from envs.run_plan import RunPlan, plan_run, verdict
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
 from envs.suspicion import suspicions
 from tasks.canaries import KEPT, TRIALS, Canary, save_canaries, spread, task_candidates
@@ -251,12 +251,12 @@ def _run_tests(
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     outcomes, tampering = _read_report(sandbox, report, run.output)
-    canaries = {c.label: canary_outcome(run_id, outcomes) for run_id, c in plan.canaries.items()}
+    canaries = {c.label: verdict(plan.watched[run_id][0], outcomes) for run_id, c in plan.canaries.items()}
     if trusted:  # a test and its canary both passed: one expectation and its opposite both held
         tampering += [
             f"canary {c.label} passed beside the real test: outcomes were forged or equality subverted"
             for run_id, c in plan.canaries.items()
-            if canaries[c.label] == "passed" and canary_outcome(plan.originals[run_id], outcomes) == "passed"
+            if canaries[c.label] == "passed" and verdict(plan.watched[run_id][1], outcomes) == "passed"
         ]
     if tampering:
         outcomes = dict.fromkeys(plan.ids.values(), "error")

@@ -1,0 +1,118 @@
+"""The grader's test runner in an environment of its own: installed pytest plugins and an editable
+install, as real repositories have them. Run on the host, as the sandbox runs it (`python -I -B`)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sysconfig
+import venv
+from pathlib import Path
+
+import pytest
+
+from envs.grading import DONE, GRADER_INI, RUNNER
+
+PLUGIN = """
+import _pytest.fixtures
+
+_original = _pytest.fixtures.FixtureFunctionMarker.__call__
+
+
+def __call__(self, function):
+    return _original(self, function)
+
+
+_pytest.fixtures.FixtureFunctionMarker.__call__ = __call__  # as hypothesis's plugin does to pytest
+try:
+    import repo_helper  # optional, and the repository happens to have one
+except ImportError:
+    pass
+"""
+"""A plugin installed in the environment that patches pytest when imported."""
+
+
+@pytest.fixture
+def environment(tmp_path: Path) -> Path:
+    """A Python environment with the harness's packages, a `pytest11` plugin that patches pytest, and the
+    repository (`tmp_path/repo`) installed editable (a `.pth` that puts it on `sys.path`)."""
+    env = tmp_path / "env"
+    venv.EnvBuilder(with_pip=False).create(env)
+    python = env / "bin" / "python"
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    (site / "harness-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    (site / "repo-editable.pth").write_text(str(tmp_path / "repo") + "\n")
+    (site / "patchy_plugin.py").write_text(PLUGIN)
+    info = site / "patchy_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: patchy-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[pytest11]\npatchy = patchy_plugin\n")
+    return python
+
+
+def run_runner(python: Path, tmp_path: Path, targets: list[str]) -> tuple[dict[str, object], int]:
+    grader = tmp_path / "grader"
+    grader.mkdir()
+    (grader / "pytest.ini").write_text(GRADER_INI)
+    (grader / "run.py").write_bytes(RUNNER.read_bytes())
+    report = grader / "report.json"
+    proc = subprocess.Popen(
+        [python, "-I", "-B", grader / "run.py", report, grader / "pytest.ini", tmp_path / "repo", *targets],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=tmp_path / "repo",
+    )
+    output, _ = proc.communicate(timeout=120)
+    assert output.rstrip().splitlines()[-1].startswith(DONE), output[-3000:]
+    return json.loads(report.read_text()), proc.pid
+
+
+def test_a_plugin_of_the_environment_that_patches_pytest_is_not_tampering(
+    environment: Path, tmp_path: Path
+) -> None:
+    """The plugin is imported by the runner's parent, before the fingerprint is taken; imported in each
+    child instead (as before), its patch looked like the code under test replacing pytest's internals."""
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "import pytest\nfrom calc import add\n\n\n@pytest.fixture\ndef two():\n    return 2\n\n\n"
+        "def test_add(two):\n    assert add(two, 3) == 5\n"
+    )
+
+    report, _ = run_runner(environment, tmp_path, ["tests/test_calc.py"])
+
+    assert report["tampering"] == [], report
+    assert report["outcomes"] == {"tests/test_calc.py::test_add": "passed"}, report
+
+
+def test_the_runners_parent_never_imports_a_module_of_the_repository(
+    environment: Path, tmp_path: Path
+) -> None:
+    """With the repository on `sys.path` (an editable install) and a plugin that imports an optional
+    module the repository provides, only the children import it; the parent refuses it."""
+    repo = tmp_path / "repo"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (repo / "tests").mkdir(parents=True)
+    (repo / "repo_helper.py").write_text(
+        f"import os\nopen(os.path.join({str(marks)!r}, str(os.getpid())), 'w').close()\nVALUE = 7\n"
+    )
+    (repo / "tests" / "test_helper.py").write_text(
+        "import repo_helper\n\n\ndef test_value():\n    assert repo_helper.VALUE == 7\n"
+    )
+
+    report, parent = run_runner(environment, tmp_path, ["tests/test_helper.py"])
+
+    importers = {int(p.name) for p in marks.iterdir()}
+    assert report["outcomes"] == {"tests/test_helper.py::test_value": "passed"}, report
+    assert importers and parent not in importers, (parent, importers)
+    assert report["tampering"] == [], report
