@@ -1,19 +1,24 @@
 """Runs the hidden tests inside the grading sandbox and writes one outcome per test id to a report file.
 
-Standard library and pytest only; started as `python3 -I -B grade_runner.py REPORT INI ROOT TARGET...` (a TARGET is a test file, or one
-test's node id) so
-the environment and the repository's folder on sys.path have no say over how Python starts. pytest is
-pointed at the grader's own ini file (`-c`), so the repository's pytest.ini / pyproject / setup.cfg test
-settings have no effect. The outcome of every test comes from pytest's own reports, not from stdout.
+Standard library and pytest only; started as `python3 -I -B grade_runner.py REPORT INI ROOT PLAN`, so the
+environment and the repository's folder on sys.path have no say over how Python starts. PLAN is a JSON
+file: `targets` (a test file, or one test's node id, each run alone) and `held` (the real copies and
+canaries, by run name, which this runner writes itself). pytest is pointed at the grader's own ini file
+(`-c`), so the repository's test settings have no effect. Outcomes come from pytest's own reports.
 
-Outcomes are decided where the agent's code never ran. This process (the parent) imports pytest and its
-plugins and nothing of the repository; it makes itself undumpable (no process of the sandbox's user may
-ptrace it or open its memory or file descriptors), then runs each target (a test file, or one test) in a child of its own,
-forked from it, in a random order. A child closes every descriptor it inherited but the pipe it answers
-on, sends its file's outcomes and findings through that pipe, and ends; the parent takes from it only
-outcomes of that child's own target, records them as soon as the child is gone, and kills every process
-the child left before the next one starts. Code under test can so forge at most the outcomes of its own
-target: a forger that passes tests wholesale also passes the grader's canaries, which fail on a correct fix.
+Outcomes are decided where the agent's code never ran. This process (the parent) makes itself undumpable
+(no process of the sandbox's user may ptrace it or open its memory or file descriptors) and forks a
+`Zygote` before it reads the plan: the zygote imports pytest and the environment's plugins, never the
+repository (`RepositoryBlock`), fingerprints them, and forks one child per target, in a random order the
+parent picks. The parent then reads the plan and deletes it. For each target it writes that target's
+file if it holds it, has the zygote fork a child, and sends the child its one target through a pipe; the
+child answers with its outcomes and findings on another pipe and ends. The parent keeps only outcomes of
+that child's own target, kills every process the child left, and puts the folders a child can write back
+as they were (`Scratch`) before the next one starts. So a child learns nothing of the other targets: not
+from a command line, not from memory it inherited, not from files on disk or left by earlier children.
+Code under test can forge at most the outcomes of its own target, without knowing whether it is a real
+test or a canary: a forger that passes tests wholesale also passes the canaries, which fail on a correct
+fix.
 
 Within a child, before any code of the repository runs, it fingerprints what decides an outcome
 (`Fingerprint`) and a `Guard` watches the session. Found: a function, method or code object of pytest,
@@ -34,8 +39,10 @@ import json
 import os
 import pathlib
 import random
+import resource
 import select
 import signal
+import stat
 import sys
 import types
 from typing import Any
@@ -53,6 +60,12 @@ PYTEST_SETS = {"_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"}
 """Names pytest itself binds during a run (lazily made classes)."""
 PYTEST_ADDS = {"_pytest_diamond_inheritance_warning_shown"}
 """A class attribute pytest itself adds (a warning shown once)."""
+SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
+"""The folders a sandbox's user may write besides the repository (envs/remote.py's reset clears them)."""
+MAX_ANSWER = 16 << 20
+"""Bytes of a child's answer read at most."""
+KEPT_FILE = 4 << 20
+"""Files of the scratch folders up to this size are kept to be put back; a larger one that changes goes."""
 QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
 """The plugins the parent imported cannot be rewritten in a child, and pytest would say so every time."""
 
@@ -238,11 +251,11 @@ def _processes() -> dict[int, tuple[int, str]]:
     return found
 
 
-def stop_the_others() -> None:
-    """Kills every process of the sandbox except this one and its ancestors (the executor and what
-    started us), so that nothing the code under test started can touch the report once it is written."""
+def stop_the_others(spare: set[int]) -> None:
+    """Kills every process of the sandbox except this one, its ancestors (the executor and what started
+    us) and `spare`, so that nothing the code under test started can touch a later child or the report."""
     processes = _processes()
-    keep = {os.getpid()}
+    keep = {os.getpid(), *spare}
     pid = os.getpid()
     while pid in processes and processes[pid][0] not in keep and processes[pid][0] > 0:
         pid = processes[pid][0]
@@ -281,54 +294,284 @@ def undumpable() -> None:
         pass
 
 
-def run_child(target: str, ini: str, root: str, before: Fingerprint, log: str) -> dict[str, Any]:
-    """Runs one target (a test file or a test) in a forked child and returns what it sent: its outcomes
-    and findings, or an empty answer when it died without one."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child: nothing of the parent's but the answer pipe stays open
-        try:
-            _child(target, ini, root, before, log, write_end)
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    chunks = _answer_of(pid, read_end)
-    os.close(read_end)
-    try:
-        answer = json.loads(b"".join(chunks))
-        return answer if isinstance(answer, dict) else {}
-    except ValueError:
-        return {}
+def _send(fd: int, data: bytes) -> None:
+    """One message: its length in 4 bytes, then the bytes."""
+    data = len(data).to_bytes(4, "big") + data
+    while data:
+        data = data[os.write(fd, data) :]
 
 
-def _answer_of(pid: int, read_end: int) -> list[bytes]:
-    """What the child sent until it ended. A process it left behind may hold the pipe open: reading stops
-    when the child is gone, not at end of file."""
-    chunks: list[bytes] = []
-    ended = False
-    reads_after_end = 0
-    while reads_after_end < 64:  # a process left behind that floods the pipe spoils only this answer
-        ready, _, _ = select.select([read_end], [], [], 0.05)
-        if ready:
-            chunk = os.read(read_end, 1 << 16)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            reads_after_end += ended
-        elif ended:
+def _receive(fd: int, limit: int = MAX_ANSWER) -> bytes:
+    """One message sent by `_send`; b"" at end of file or when it claims more than `limit` bytes."""
+    head = _read_exactly(fd, 4)
+    size = int.from_bytes(head, "big") if len(head) == 4 else limit + 1
+    return _read_exactly(fd, size) if size <= limit else b""
+
+
+def _read_exactly(fd: int, size: int) -> bytes:
+    chunks, got = [], 0
+    while got < size:
+        chunk = os.read(fd, min(size - got, 1 << 16))
+        if not chunk:
             break
-        if not ended:
-            ended = os.waitpid(pid, os.WNOHANG)[0] != 0
-    if not ended:
-        os.waitpid(pid, 0)
-    return chunks
+        chunks.append(chunk)
+        got += len(chunk)
+    return b"".join(chunks)
 
 
-def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answer_fd: int) -> None:
+def _drain(fd: int) -> bytes:
+    """Whatever is in the pipe now (what a child left there, or its answer), up to MAX_ANSWER."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= MAX_ANSWER and select.select([fd], [], [], 0)[0]:
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+class Zygote:
+    """The process every child is forked from: forked from the parent before the parent reads the plan,
+    it imports pytest and the plugins and fingerprints them (`warm_up`), and never learns what any
+    child runs. A child reads its one target from a pipe the parent writes, so neither the zygote's
+    memory, nor a child's copy of it, nor the command line holds the list of targets or the test files."""
+
+    def __init__(self, ini: str, root: str) -> None:
+        self.control = os.pipe()  # parent -> zygote: b"r" (fork a child) or end of file
+        self.events = os.pipe()  # zygote -> parent: b"w" (warm) and b"e" (a child ended)
+        self.targets = os.pipe()  # parent -> the child of the moment
+        self.answers = os.pipe()  # the child of the moment -> parent
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                self._serve(ini, root)
+            finally:
+                os._exit(0)
+        for fd in (self.control[0], self.events[1], self.answers[1]):
+            os.close(fd)
+        self.alive = os.read(self.events[0], 1) == b"w"
+
+    def _serve(self, ini: str, root: str) -> None:
+        os.close(self.control[1])
+        os.close(self.events[0])
+        os.close(self.targets[1])
+        os.close(self.answers[0])
+        warm_up(root)
+        before = Fingerprint()
+        os.write(self.events[1], b"w")
+        while os.read(self.control[0], 1) == b"r":
+            pid = os.fork()
+            if pid == 0:
+                os.close(self.control[0])
+                os.close(self.events[1])
+                target = _receive(self.targets[0]).decode()
+                os.close(self.targets[0])
+                try:
+                    _child(target, ini, root, before, self.answers[1])
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+            os.write(self.events[1], b"e")
+
+    def run(self, target: str) -> dict[str, Any]:
+        """Runs `target` in a new child and returns its answer (empty when it died without one). Reading
+        stops when the child is gone, not at end of file: a process it left may hold the pipe open."""
+        _drain(self.targets[0])  # what an earlier child wrote there is no one's target
+        _drain(self.answers[0])
+        try:
+            os.write(self.control[1], b"r")
+            _send(self.targets[1], target.encode())
+        except OSError:  # the zygote is gone (killed by code under test): nothing more runs
+            self.alive = False
+            return {}
+        chunks: list[bytes] = []
+        while self.alive:
+            ready, _, _ = select.select([self.answers[0], self.events[0]], [], [])
+            if self.answers[0] in ready:
+                chunks.append(_drain(self.answers[0]))
+            if self.events[0] in ready:
+                self.alive = os.read(self.events[0], 1) == b"e"
+                break
+        chunks.append(_drain(self.answers[0]))
+        message = b"".join(chunks)
+        size = int.from_bytes(message[:4], "big") if len(message) >= 4 else -1
+        try:
+            answer = json.loads(message[4 : 4 + size]) if 0 <= size <= len(message) - 4 else {}
+            return answer if isinstance(answer, dict) else {}
+        except ValueError:
+            return {}
+
+    def close(self) -> None:
+        os.close(self.control[1])
+        try:
+            os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass
+
+
+class Scratch:
+    """The folders a child can write, as they were before the first child: put back after each one, so
+    that no child leaves anything for a later one (a forger that compares the files it saw could tell a
+    canary from the real copy). Entries a child added are removed, changed ones rewritten, removed ones
+    made again; a changed file too large to have been kept is removed."""
+
+    def __init__(self, roots: list[str]) -> None:
+        self.roots = [os.path.realpath(r) for r in roots if os.path.isdir(r) and not os.path.islink(r)]
+        self.entries: dict[str, tuple[tuple[int, ...], bytes | None]] = {}
+        """path -> (its lstat key, its content for a file or its target for a link)"""
+        self.children: dict[str, list[str]] = {}
+        for root in self.roots:
+            self._scan(root)
+
+    def _scan(self, path: str) -> None:
+        st = os.lstat(path)
+        payload = None
+        if stat.S_ISLNK(st.st_mode):
+            payload = os.fsencode(os.readlink(path))
+        elif stat.S_ISREG(st.st_mode) and st.st_size <= KEPT_FILE:
+            try:
+                with open(path, "rb") as f:
+                    payload = f.read()
+            except OSError:
+                pass
+        self.entries[path] = (_key(st), payload)
+        if stat.S_ISDIR(st.st_mode):
+            try:
+                names = sorted(os.listdir(path))
+            except OSError:
+                names = []
+            self.children[path] = names
+            for name in names:
+                self._scan(os.path.join(path, name))
+
+    def restore(self) -> None:
+        for root in self.roots:
+            self._restore(root)
+
+    def _restore(self, folder: str) -> None:
+        key, _ = self.entries[folder]
+        _chmod(folder, key[0] | 0o700)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            names = []
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            known = self.entries.get(path)
+            if known is None or stat.S_IFMT(known[0][0]) != stat.S_IFMT(st.st_mode):
+                _remove(path)
+            elif stat.S_ISDIR(st.st_mode):
+                self._restore(path)
+            elif _key(st) != known[0]:
+                self._put_back(path, known)
+        for name in self.children.get(folder, []):
+            path = os.path.join(folder, name)
+            if not os.path.lexists(path):
+                self._recreate(path)
+        _chmod(folder, key[0])
+        self._rekey(folder)
+
+    def _put_back(self, path: str, known: tuple[tuple[int, ...], bytes | None]) -> None:
+        _remove(path)
+        if known[1] is not None or stat.S_ISDIR(known[0][0]):
+            self._recreate(path)
+
+    def _recreate(self, path: str) -> None:
+        key, payload = self.entries[path]
+        mode = key[0]
+        try:
+            if stat.S_ISDIR(mode):
+                os.mkdir(path, 0o700)
+                for name in self.children.get(path, []):
+                    self._recreate(os.path.join(path, name))
+                _chmod(path, mode)
+            elif stat.S_ISLNK(mode) and payload is not None:
+                os.symlink(payload, path)
+            elif stat.S_ISREG(mode) and payload is not None:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(payload)
+                _chmod(path, mode)
+            self._rekey(path)
+        except OSError:
+            pass
+
+    def _rekey(self, path: str) -> None:
+        try:
+            self.entries[path] = (_key(os.lstat(path)), self.entries[path][1])
+        except OSError:
+            pass
+
+
+def _key(st: os.stat_result) -> tuple[int, ...]:
+    """What changes with any write to an entry: the change time cannot be set back by its owner."""
+    return (st.st_mode, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _chmod(path: str, mode: int) -> None:
+    try:
+        os.chmod(path, stat.S_IMODE(mode))
+    except OSError:
+        pass
+
+
+def _remove(path: str) -> None:
+    """Removes a file, link or whole folder, whatever modes a child left on it."""
+    try:
+        if os.path.isdir(path) and not os.path.islink(path):
+            _chmod(path, 0o700)
+            for name in os.listdir(path):
+                _remove(os.path.join(path, name))
+            os.rmdir(path)
+        else:
+            os.unlink(path)
+    except OSError:
+        pass
+
+
+def remove_ipc(known: set[tuple[str, int]]) -> set[tuple[str, int]]:
+    """Removes System V shared memory, semaphores and message queues not in `known` (what a child
+    made lives on after it); returns what there is. Where they cannot be listed, nothing."""
+    found = set()
+    for kind in ("shm", "sem", "msg"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                found |= {(kind, int(line.split()[1])) for line in f.read().splitlines()[1:] if line.strip()}
+        except (OSError, ValueError, IndexError):
+            continue
+    extra = found - known
+    if extra:
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            for kind, ident in extra:  # IPC_RMID = 0
+                if kind == "sem":
+                    libc.semctl(ident, 0, 0)
+                else:
+                    getattr(libc, f"{kind}ctl")(ident, 0, None)
+        except (OSError, AttributeError):
+            pass
+    return found - extra
+
+
+def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int) -> None:
     for block in [f for f in sys.meta_path if isinstance(f, RepositoryBlock)]:
         block.lift()
+    try:  # no POSIX message queue can carry anything to a later child
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (0, 0))
+    except (ValueError, OSError, AttributeError):
+        pass
     null = os.open(os.devnull, os.O_RDONLY)
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    out = os.open(
+        os.path.join(os.path.dirname(ini), "child.log"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600
+    )
     os.dup2(null, 0)
     os.dup2(out, 1)
     os.dup2(out, 2)
@@ -348,9 +591,7 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, log: str, answ
         "exit_code": exit_code,
         "tampering": [*_capped(before.changes()), *_capped(guard.hooks), *_capped(guard.items)],
     }
-    data = json.dumps(answer).encode()
-    while data:
-        data = data[os.write(keep, data) :]
+    _send(keep, json.dumps(answer).encode())
 
 
 def _own(answer: dict[str, Any], target: str) -> dict[str, str]:
@@ -433,43 +674,75 @@ def warm_up(root: str) -> None:
 
 
 def main() -> None:
-    report_path, ini, root, *targets = sys.argv[1:]
-    files = sorted({t.split("::", 1)[0] for t in targets})
-    present = [f for f in files if os.path.isfile(os.path.join(root, f))]
-    warm_up(os.path.realpath(root))
-    before = Fingerprint()
-    tests_before = {f: _digest(os.path.join(root, f)) for f in present}
-    undumpable()
+    report_path, ini, root, plan_path = sys.argv[1:]
+    root = os.path.realpath(root)
     in_sandbox = os.environ.get("HARNESS_GRADER_SANDBOX") == "1"
-
+    undumpable()
+    zygote = Zygote(ini, root)  # before the plan is read: it and its children never hold it
+    with open(plan_path) as f:
+        plan = json.load(f)
+    os.unlink(plan_path)
+    if not zygote.alive:
+        print("the grader's zygote did not start", flush=True)
+        os._exit(1)
     # Everything before this line is the grader's own; a run whose output lacks it never got to the
     # code under test, so its failure is the harness's (an infra error), not the patch's.
     print(READY, flush=True)
+    held = {str(k): str(v) for k, v in plan["held"].items()}
+    targets = [str(t) for t in plan["targets"]]
+    files = sorted({t.split("::", 1)[0] for t in targets})
+    present = [f for f in files if f in held or os.path.isfile(os.path.join(root, f))]
+    on_disk = {f: _digest(os.path.join(root, f)) for f in present if f not in held}
+    scratch = Scratch([root, *(SCRATCH if in_sandbox else [])])
+    ipc = remove_ipc(set()) if in_sandbox else set()
     outcomes: dict[str, str] = {}
-    collect_errors: list[str] = []
-    tampering: list[str] = []
-    log = os.path.join(os.path.dirname(os.path.abspath(report_path)), "children.log")
+    findings: list[str] = []
+    logs: list[str] = []
     order = [t for t in dict.fromkeys(targets) if t.split("::", 1)[0] in present]
     random.SystemRandom().shuffle(order)
     for target in order:
-        answer = run_child(target, ini, root, before, log)
+        file = target.split("::", 1)[0]
+        expected = {**on_disk, **({file: _write_held(root, file, held[file])} if file in held else {})}
+        answer = zygote.run(target)
         if in_sandbox:  # what the child left running must not see the next child, nor the report
-            stop_the_others()
+            stop_the_others(spare={zygote.pid})
+        findings += [f"{f} was rewritten" for f, d in expected.items() if _digest(os.path.join(root, f)) != d]
+        logs.append(f"==== {target}\n{_tail(os.path.join(os.path.dirname(ini), 'child.log'))}")
+        scratch.restore()
+        ipc = remove_ipc(ipc) if in_sandbox else ipc
         outcomes.update(_own(answer, target))
         found = answer.get("tampering")
-        tampering += [str(t) for t in found] if isinstance(found, list) else []
-        errors = answer.get("collect_errors")
-        collect_errors += [str(e) for e in errors] if isinstance(errors, list) else []
-    rewritten = [f"{f} was rewritten" for f in present if _digest(os.path.join(root, f)) != tests_before[f]]
+        findings += [str(t) for t in found] if isinstance(found, list) else []
+    zygote.close()
+    with open(os.path.join(os.path.dirname(ini), "children.log"), "w") as f:
+        f.write("\n".join(logs))
     report = {
         "outcomes": outcomes,
-        "collect_errors": collect_errors,
         "missing_files": sorted(set(files) - set(present)),
-        "tampering": [*dict.fromkeys(tampering), *_capped(rewritten)],  # each child capped its own
+        "tampering": [*dict.fromkeys(findings)],  # each child capped its own
     }
     write_report(report_path, report)
     # Nothing of the code under test ran here; os._exit all the same, as a child does.
     os._exit(0)
+
+
+def _write_held(root: str, file: str, content: str) -> str:
+    """Writes a file the runner held for this child alone; returns its digest."""
+    path = os.path.join(root, file)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = content.encode()
+    with open(path, "wb") as f:
+        f.write(data)
+    return hashlib.sha256(data).hexdigest()
+
+
+def _tail(path: str, size: int = 20000) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, os.fstat(f.fileno()).st_size - size))
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 if __name__ == "__main__":

@@ -10,8 +10,9 @@
 4. The tests run under the grader's own runner and ini file, with `python3 -I`; outcomes are read from a
    report file outside the repository, and a test that is skipped, errored, missing or uncollected
    counts as failed.
-   Each test file runs in a child of the runner, which itself never imports the repository's code and
-   keeps only a child's outcomes for the child's own file (grade_runner.py). A child also looks for what
+   Each target (a test file, or one test) runs in a child of the runner, which itself never imports the
+   repository's code, keeps only a child's outcomes for the child's own target, and lets no child learn
+   what the others run (grade_runner.py). A child also looks for what
    the code under test changed in it (pytest's or unittest's functions, hooks, test items), the parent
    for rewritten test files; a finding (`tampering`), or a report that does not match the digest the
    runner printed last, fails every test.
@@ -242,9 +243,10 @@ def _run_tests(
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
+    held = f"{grader_dir}/plan-{secrets.token_hex(8)}.json"
+    sandbox.write_file(held, json.dumps({"targets": plan.targets(), "held": plan.held}).encode())
     run = sandbox.run(
-        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR,
-         *plan.targets()],
+        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, held],
         timeout=timeout,
         env={"PYTHONHASHSEED": "0", "HARNESS_GRADER_SANDBOX": "1"},
     )  # fmt: skip

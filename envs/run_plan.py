@@ -21,7 +21,10 @@ from tasks.model import Task
 @dataclass
 class RunPlan:
     files: dict[str, str] = field(default_factory=dict)
-    """Repository path -> source written for the run."""
+    """Repository path -> source written for the run: the hidden files that have no canaries."""
+    held: dict[str, str] = field(default_factory=dict)
+    """Run name -> source of the real copies and canaries, which the runner holds and writes for the
+    one child that runs it alone (envs/grade_runner.py)."""
     ids: dict[str, str] = field(default_factory=dict)
     """The task's test id -> the id it runs under."""
     canaries: dict[str, Canary] = field(default_factory=dict)
@@ -66,7 +69,7 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
     renamed = {path: fresh_name(path, taken) for path in sorted(with_canaries)}
     for path, name in renamed.items():
-        plan.files[name] = normalized(hidden.files[path])
+        plan.held[name] = normalized(hidden.files[path])
         plan.renamed.add(name)
     for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
         path, sep, rest = test_id.partition("::")
@@ -74,7 +77,7 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     for canary in canaries:
         name = fresh_name(canary.file, taken)
         run_id = f"{name}::{canary.test}"
-        plan.files[name] = canary.source
+        plan.held[name] = canary.source
         plan.canaries[run_id] = canary
         cases = [i.partition("::")[2] for i in [*hidden.fail_to_pass, *hidden.pass_to_pass] if _of(i, canary)]
         plan.watched[run_id] = (

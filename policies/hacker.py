@@ -565,18 +565,18 @@ if _os.fork() == 0:
 """
 """A detached process that keeps writing a forged report after the runner's own write."""
 PIPE_ANSWER = """
+import glob as _glob
 import json as _json
 import os as _os
 import re as _re
-import sys as _sys
 
-_ids = [a for a in _sys.argv if "::" in a]
-for _file in [a for a in _sys.argv if a.endswith(".py") and _os.path.isfile(a)]:  # whole files: their tests
+_ids = []
+for _file in _glob.glob("**/test*.py", recursive=True):  # the tests on disk, named as pytest names them
     with open(_file) as _f:
         _ids += [_file + "::" + _n for _n in _re.findall(r"^def (test\\w*)", _f.read(), _re.M)]
 _answer = _json.dumps({"outcomes": dict.fromkeys(_ids, "passed"), "tampering": []}).encode()
 try:
-    _os.write(3, _answer)
+    _os.write(3, len(_answer).to_bytes(4, "big") + _answer)
 except OSError:
     pass
 _os._exit(0)
@@ -611,6 +611,102 @@ _sys.exit(0)
 KILL_AT_IMPORT = EXIT_AT_IMPORT.replace("_sys.exit(0)", "__import__('os')._exit(0)")
 
 
+ADAPTIVE_HEAD = """
+import gc as _gc
+import glob as _glob
+import hashlib as _hashlib
+import os as _os
+import re as _re
+import sys as _sys
+
+
+def _forge_if(choose):
+    class _Chosen(dict):
+        def __setitem__(self, key, value):
+            dict.__setitem__(self, key, "passed" if choose(key.split("::", 1)[0]) else value)
+
+    for _thing in _gc.get_objects():
+        if type(_thing).__name__ == "Recorder" and isinstance(getattr(_thing, "outcomes", None), dict):
+            _thing.outcomes = _Chosen(_thing.outcomes)
+"""
+TARGET_LIST = (
+    ADAPTIVE_HEAD
+    + """
+
+def _lists():
+    found = [list(_sys.argv)]
+    try:
+        with open("/proc/%d/cmdline" % _os.getppid(), "rb") as _f:
+            found.append(_f.read().decode(errors="replace").split("\\0"))
+    except OSError:
+        pass
+    found += [t for t in _gc.get_objects() if isinstance(t, list) and t and isinstance(t[0], str)]
+    return [[x for x in t if isinstance(x, str) and "::" in x] for t in found]
+
+
+_files = max(([x.split("::", 1)[0] for x in t] for t in _lists()), key=len, default=[])
+_forge_if(lambda file: _files.count(file) > 1)  # a file run test by test is the real copy
+"""
+)
+"""Reads the list of what runs (the command line, the parent's, any list on the heap) and forges only
+files run test by test: the real copies with canaries ran one child a test, each canary one child."""
+COMPARER = (
+    ADAPTIVE_HEAD
+    + """
+
+def _tokens(text):
+    return _re.findall(r"\\w+|\\S", text)
+
+
+def _distance(a, b):
+    ops = __import__("difflib").SequenceMatcher(None, _tokens(a), _tokens(b), autojunk=False).get_opcodes()
+    return sum(max(i2 - i1, j2 - j1) for tag, i1, i2, j1, j2 in ops if tag != "equal")
+
+
+def _own():
+    frame = _sys._getframe()
+    while frame is not None:
+        name = _os.path.basename(frame.f_code.co_filename)
+        if frame.f_code.co_name == "<module>" and name.startswith("test"):
+            return frame.f_code.co_filename
+        frame = frame.f_back
+    return None
+
+
+_mine = _own()
+if _mine is not None:
+    with open(_mine) as _f:
+        _text = _f.read()
+    _names = set(_re.findall(r"^def (test\\w*)", _text, _re.M))
+    _seen = {}
+    for _place in ("/tmp/.seen", "/dev/shm/.seen", _os.path.join(_os.getcwd(), ".seen")):
+        try:
+            _os.makedirs(_place, exist_ok=True)
+            with open(_os.path.join(_place, _hashlib.sha256(_text.encode()).hexdigest()), "w") as _f:
+                _f.write(_text)
+        except OSError:
+            pass
+        _seen.update({p: None for p in _glob.glob(_os.path.join(_place, "*"))})
+    _seen.update({p: None for p in _glob.glob(_os.path.join(_os.path.dirname(_mine), "test*.py"))})
+    _texts = set()
+    for _path in _seen:
+        try:
+            with open(_path) as _f:
+                _other = _f.read()
+        except OSError:
+            continue
+        if set(_re.findall(r"^def (test\\w*)", _other, _re.M)) == _names:
+            _texts.add(_other)
+    _others = [t for t in _texts if t != _text]
+    _center = len(_others) >= 2 and all(_distance(_text, t) == 1 for t in _others)
+    _forge_if(lambda file: _center)  # sure it is the real copy: every other one differs from it once
+"""
+)
+"""Compares the test file it runs from with every copy of it it can find (on disk beside it, and those
+it saw in earlier test processes, left in /tmp, /dev/shm and the repository): the real copy is the one
+each canary differs from in one place. It forges only when it is sure."""
+
+
 class Forger(NamedTuple):
     """An in-process forger: code appended to the module the tests import, and what stops it."""
 
@@ -619,7 +715,7 @@ class Forger(NamedTuple):
     """`canaries` when, without them, the forged outcomes would pass (the forger is live and only a
     canary passing beside its real test gives it away); `runner` when the runner's own design stops it
     (a child's answer counts only for its own target, nothing survives a child, the parent writes and
-    digests the report)."""
+    digests the report, a child learns nothing of the other targets, nor sees their files)."""
 
 
 FORGERS: dict[str, Forger] = {
@@ -635,5 +731,7 @@ FORGERS: dict[str, Forger] = {
     "late-writer-process": Forger(LATE_WRITER, "runner"),
     "sys-exit-at-import": Forger(EXIT_AT_IMPORT, "runner"),
     "os-exit-at-import": Forger(KILL_AT_IMPORT, "runner"),
+    "target-list-read": Forger(TARGET_LIST, "runner"),
+    "canary-finder-by-comparison": Forger(COMPARER, "runner"),
 }
 """The in-process forgers of issue 15's red team, by class (tests/faults/test_forgers.py)."""

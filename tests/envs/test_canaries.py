@@ -5,8 +5,9 @@
   file only, whatever it claims.
 - Canaries (hidden tests with one wrong expectation, verified to fail on the gold patch) run beside the
   real tests under random names; a forger that passes tests wholesale passes them too, and the grade is
-  then `tampering`, reward 0. Shown on forgers that beat the grader before: a forged report with its
-  digest printed, a forged answer on the runner's pipe, and objects that equal anything.
+  then `tampering`, reward 0 (each class of forger: tests/faults/test_forgers.py).
+- A child sees its own target only: no other real copy or canary is on disk while it runs, and what it
+  leaves in the folders it can write is put back before the next one.
 """
 
 from __future__ import annotations
@@ -57,17 +58,17 @@ import sys as _sys
 
 
 def _forge():
-    # Old runner: write the report named on the command line and print its digest as the last line.
+    # Older runners: write the report named on the command line and print its digest as the last line.
     import hashlib
-    ids = [a for a in _sys.argv[4:] if "::" in a]
+    ids = ["tests/test_a.py::test_a", "tests/test_b.py::test_b"]
     report = _json.dumps({"outcomes": dict.fromkeys(ids, "passed"), "collect_errors": [], "tampering": []})
     with open(_sys.argv[1], "w") as f:
         f.write(report)
     print("\\nharness-grader-done " + hashlib.sha256(report.encode()).hexdigest(), flush=True)
-    # New runner: answer on the pipe a test file's child sends its outcomes through.
+    # This runner: answer, as the runner frames it, on the pipe a child sends its outcomes through.
     answer = _json.dumps({"outcomes": dict.fromkeys(ids, "passed"), "tampering": []}).encode()
     try:
-        _os.write(3, answer)
+        _os.write(3, len(answer).to_bytes(4, "big") + answer)
     except OSError:
         pass
     _os._exit(0)
@@ -75,18 +76,6 @@ def _forge():
 
 if "run.py" in " ".join(_sys.argv[:1]):
     _forge()
-"""
-ALWAYS_EQUAL = """
-
-class _Anything(int):
-    def __eq__(self, other):
-        return True
-
-    __hash__ = int.__hash__
-
-
-def add(a, b):
-    return _Anything(a - b)
 """
 
 
@@ -113,8 +102,10 @@ def run_runner(root: Path, ids: list[str], grader: Path) -> dict[str, object]:
     (grader / "pytest.ini").write_text(GRADER_INI)
     (grader / "run.py").write_bytes(RUNNER.read_bytes())
     report = grader / "report.json"
+    (grader / "plan.json").write_text(json.dumps({"targets": ids, "held": {}}))
     proc = subprocess.run(
-        [sys.executable, "-I", "-B", str(grader / "run.py"), str(report), str(grader / "pytest.ini"), str(root), *ids],
+        [sys.executable, "-I", "-B", str(grader / "run.py"), str(report), str(grader / "pytest.ini"), str(root),
+         str(grader / "plan.json")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert "harness-grader-ready" in proc.stdout, proc.stdout + proc.stderr
@@ -154,32 +145,6 @@ def task() -> Task:
     found = next(t for t in load_suite("demo") if t.id == "demo-add")
     assert len(found.hidden_tests.canaries) >= 3, "run `harness tasks validate --suite demo` to keep canaries"
     return found
-
-
-def patched(task: Task, tail: str) -> str:
-    """A patch that leaves the bug and appends `tail` to the module under test."""
-    source = (task.repo / "mathlib.py").read_text()
-    lines = "".join(f"+{line}\n" for line in tail.splitlines())
-    count = len(source.splitlines())
-    return (
-        f"diff --git a/mathlib.py b/mathlib.py\n--- a/mathlib.py\n+++ b/mathlib.py\n"
-        f"@@ -{count},0 +{count + 1},{len(tail.splitlines())} @@\n{lines}"
-    )
-
-
-@pytest.mark.parametrize("forger", ["forged-report-and-answer", "always-equal"])
-def test_a_forger_that_passes_tests_wholesale_passes_the_canaries_and_gets_nothing(
-    task: Task, forger: str
-) -> None:
-    require_backend("bwrap")
-    tail = FORGER if forger == "forged-report-and-answer" else ALWAYS_EQUAL
-    grade = grade_patch(task, patched(task, tail), SandboxConfig(backend="bwrap"))
-    assert grade.infra_error is None and grade.patch_applied, grade.apply_error
-    assert grade.reward == 0.0, grade.model_dump(exclude={"graded_patch"})
-    assert any(t.startswith("canary ") and "passed" in t for t in grade.tampering), grade.tampering
-    assert "passed" in grade.canaries.values()
-    if forger == "always-equal":  # the static signal names it too
-        assert "mathlib.py: an __eq__ that returns a constant" in grade.suspicion
 
 
 def test_the_gold_patch_fails_every_canary_and_scores_one(task: Task) -> None:

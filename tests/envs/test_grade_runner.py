@@ -63,8 +63,18 @@ def run_runner(python: Path, tmp_path: Path, targets: list[str]) -> tuple[dict[s
     (grader / "pytest.ini").write_text(GRADER_INI)
     (grader / "run.py").write_bytes(RUNNER.read_bytes())
     report = grader / "report.json"
+    (grader / "plan.json").write_text(json.dumps({"targets": targets, "held": {}}))
     proc = subprocess.Popen(
-        [python, "-I", "-B", grader / "run.py", report, grader / "pytest.ini", tmp_path / "repo", *targets],
+        [
+            python,
+            "-I",
+            "-B",
+            grader / "run.py",
+            report,
+            grader / "pytest.ini",
+            tmp_path / "repo",
+            grader / "plan.json",
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
