@@ -37,7 +37,6 @@ import importlib
 import inspect
 import json
 import os
-import pathlib
 import random
 import resource
 import select
@@ -66,8 +65,10 @@ MAX_ANSWER = 16 << 20
 """Bytes of a child's answer read at most."""
 KEPT_FILE = 4 << 20
 """Files of the scratch folders up to this size are kept to be put back; a larger one that changes goes."""
-QUIET = ["-W", "ignore::pytest.PytestAssertRewriteWarning"]
-"""The plugins the parent imported cannot be rewritten in a child, and pytest would say so every time."""
+PLAIN = ["--assert=plain"]
+"""Asserts are not rewritten: an outcome does not depend on how a failed assert explains itself, and
+rewriting (done again by `Guard` to compare code) was half the time of a child. It also keeps pytest from
+warning that the plugins imported by the zygote cannot be rewritten."""
 
 
 class Recorder:
@@ -198,7 +199,7 @@ class Guard:
             self.items.append(f"{item.nodeid}: its code is not what {inner.__code__.co_filename} says")
 
     def code_of(self, path: str) -> set[types.CodeType]:
-        """Every code object of a file of the repository, compiled as it is and as pytest rewrites it."""
+        """Every code object of a file of the repository, compiled as it is (asserts are not rewritten)."""
         if path not in self.compiled:
             found: set[types.CodeType] = set()
             try:
@@ -207,12 +208,6 @@ class Guard:
                 tops = [compile(source, path, "exec", dont_inherit=True)]
             except (OSError, SyntaxError, ValueError):
                 tops = []
-            try:
-                from _pytest.assertion.rewrite import _rewrite_test
-
-                tops.append(_rewrite_test(pathlib.Path(path), self.config)[1])
-            except Exception:  # not a file pytest rewrites, or another pytest version's internals
-                pass
             while tops:
                 code = tops.pop()
                 found.add(code)
@@ -359,6 +354,8 @@ class Zygote:
         os.close(self.targets[1])
         os.close(self.answers[0])
         warm_up(root)
+        os.chdir(root)
+        config = premade(session_args(ini, root))
         before = Fingerprint()
         os.write(self.events[1], b"w")
         while os.read(self.control[0], 1) == b"r":
@@ -369,7 +366,7 @@ class Zygote:
                 target = _receive(self.targets[0]).decode()
                 os.close(self.targets[0])
                 try:
-                    _child(target, ini, root, before, self.answers[1])
+                    _child(target, ini, root, before, self.answers[1], config)
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
@@ -561,7 +558,42 @@ def remove_ipc(known: set[tuple[str, int]]) -> set[tuple[str, int]]:
     return found - extra
 
 
-def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int) -> None:
+def session_args(ini: str, root: str) -> list[str]:
+    """pytest's arguments for a child, but its target."""
+    return ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *PLAIN]
+
+
+def premade(args: list[str]) -> Any:
+    """A pytest configuration with pytest's own plugins registered, made once in the zygote, so that a
+    child does not register them all again (that was a third of a child's time); None where this
+    pytest's internals differ, and a child then runs `pytest.main` as it is."""
+    try:
+        from _pytest.config import get_config
+
+        return get_config(list(args))
+    except Exception:
+        return None
+
+
+def run_pytest(config: Any, args: list[str], plugins: list[object]) -> int:
+    """`pytest.main(args, plugins)` on a premade configuration: what `_prepareconfig` and `main` do."""
+    if config is None:
+        return int(pytest.main(args, plugins=plugins))
+    manager = config.pluginmanager
+    try:
+        for plugin in plugins:
+            manager.register(plugin)
+        config = manager.hook.pytest_cmdline_parse(pluginmanager=manager, args=args)
+        try:
+            return int(config.hook.pytest_cmdline_main(config=config))
+        finally:
+            config._ensure_unconfigure()
+    except pytest.UsageError as e:
+        sys.stderr.write(f"ERROR: {e}\n")
+        return int(pytest.ExitCode.USAGE_ERROR)
+
+
+def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int, config: Any) -> None:
     for block in [f for f in sys.meta_path if isinstance(f, RepositoryBlock)]:
         block.lift()
     try:  # no POSIX message queue can carry anything to a later child
@@ -583,8 +615,7 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int
     sys.path.insert(0, root)
     recorder = Recorder()
     guard = Guard(root)
-    args = ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *QUIET, target]
-    exit_code = int(pytest.main(args, plugins=[recorder, guard]))
+    exit_code = run_pytest(config, [*session_args(ini, root), target], [recorder, guard])
     answer = {
         "outcomes": recorder.outcomes,
         "collect_errors": recorder.collect_errors,

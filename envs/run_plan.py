@@ -1,10 +1,10 @@
 """What a grading run writes and runs: hidden test files, and canaries under names drawn like theirs.
 
-A hidden test file that has canaries runs under a fresh random name (`test_<hex>.py`, in its own folder),
-test by test, and so does each canary; both are written as `ast.unparse` renders them, so that layout, comments and
-names tell a canary from the real file no more than the one expectation that differs. Node ids are mapped
-back to the task's ids outside the sandbox. Hidden files without canaries are written at their own paths,
-as before.
+Every test file the task's ids name runs under a fresh random name (`test_<hex>.py`, in its own folder),
+and so does each canary, each file whole in a child of its own; all are written as `ast.unparse` renders
+them, so that layout, comments and names tell a canary from the real file no more than the one
+expectation that differs. Node ids are mapped
+back to the task's ids outside the sandbox. Hidden files no id names are written at their own paths.
 """
 
 from __future__ import annotations
@@ -33,14 +33,11 @@ class RunPlan:
     """Run id of each canary's test -> the exact run ids its verdict reads in the canary's file, and the
     same cases' run ids in the real copy: the task's ids of that test, as the score reads them."""
 
-    renamed: set[str] = field(default_factory=set)
-    """Run names of the files that run test by test: the real copies that have canaries."""
-
     def targets(self) -> list[str]:
-        """What the runner runs, one child each: a renamed copy's tests and each canary one by one, so
-        that a real test and its canaries run alike; any other file whole."""
-        found = [i if i.split("::", 1)[0] in self.renamed else i.split("::", 1)[0] for i in self.ids.values()]
-        return list(dict.fromkeys([*found, *self.canaries]))
+        """What the runner runs, one child each: every hidden file, real copy and canary, whole. A child
+        learns nothing of the others (envs/grade_runner.py), so a real copy and its canaries run alike."""
+        files = [i.split("::", 1)[0] for i in self.ids.values()]
+        return list(dict.fromkeys([*files, *(i.split("::", 1)[0] for i in self.canaries)]))
 
 
 def fresh_name(original: str, taken: set[str]) -> str:
@@ -61,17 +58,23 @@ def normalized(source: str) -> str:
 
 
 def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
-    """Files and ids of one grading run of `task`'s hidden tests with `canaries` beside them."""
+    """Files and ids of one grading run of `task`'s hidden tests with `canaries` beside them.
+
+    Every test file an id names runs renamed, as the runner's held copy, whether it has canaries or not:
+    a file left at its own name, or with its own layout, would tell a forger that no canary is made from
+    it. Hidden files no id names (helpers) are written at their own paths."""
     hidden = task.hidden_tests
+    ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
     canaries = [c for c in canaries if c.file in hidden.files]
-    with_canaries = {c.file for c in canaries}
-    plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in with_canaries})
+    sources = {path: _source(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
+    plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in sources})
     taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
-    renamed = {path: fresh_name(path, taken) for path in sorted(with_canaries)}
+    renamed = {
+        path: fresh_name(path, taken) for path, source in sorted(sources.items()) if source is not None
+    }
     for path, name in renamed.items():
-        plan.held[name] = normalized(hidden.files[path])
-        plan.renamed.add(name)
-    for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
+        plan.held[name] = normalized(sources[path] or "")
+    for test_id in ids:
         path, sep, rest = test_id.partition("::")
         plan.ids[test_id] = f"{renamed[path]}{sep}{rest}" if path in renamed else test_id
     for canary in canaries:
@@ -79,12 +82,23 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
         run_id = f"{name}::{canary.test}"
         plan.held[name] = canary.source
         plan.canaries[run_id] = canary
-        cases = [i.partition("::")[2] for i in [*hidden.fail_to_pass, *hidden.pass_to_pass] if _of(i, canary)]
+        cases = [i.partition("::")[2] for i in ids if _of(i, canary)]
         plan.watched[run_id] = (
             [f"{name}::{c}" for c in cases],
             [f"{renamed[canary.file]}::{c}" for c in cases],
         )
     return plan
+
+
+def _source(task: Task, path: str) -> str | None:
+    """A test file as the grading sandbox has it: the hidden version, else the base's; None if neither."""
+    if path in task.hidden_tests.files:
+        return task.hidden_tests.files[path]
+    file = Path(task.repo) / path
+    try:
+        return file.read_text() if file.is_file() and not file.is_symlink() else None
+    except (OSError, UnicodeDecodeError):
+        return None
 
 
 def _of(test_id: str, canary: Canary) -> bool:
