@@ -318,7 +318,9 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     python = os.path.realpath(sys.executable)
     args += [python, "-I", "/opt/harness/executor.py", "--connect", "/run/harness.sock", "--workdir", WORKDIR]
     args += ["--pristine", "/opt/pristine"] if source is not None else []
-    args += ["--label", f"{owner.run_id}/{sandbox_id}", "--max-processes", str(config.pids_limit)]
+    args += ["--label", f"{owner.run_id}/{sandbox_id}"]
+    if group is None:  # with a cgroup, its pids.max alone refuses forks, and counts them (limit_events)
+        args += ["--max-processes", str(config.pids_limit)]
     command = _launcher(group, config, uid, bridge) + args
     path_dirs = [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
     env = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
