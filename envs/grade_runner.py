@@ -173,15 +173,11 @@ class Guard:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.config: Any = None
         self.compiled: dict[str, set[types.CodeType]] = {}
         self.items: list[str] = []
         """Test items whose method or code was replaced."""
         self.hooks: list[str] = []
         """Hooks implemented outside pytest's and its plugins' files."""
-
-    def pytest_configure(self, config) -> None:  # type: ignore[no-untyped-def]
-        self.config = config
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_runtest_call(self, item) -> None:  # type: ignore[no-untyped-def]
@@ -465,19 +461,15 @@ class Scratch:
                 _remove(path)
             elif stat.S_ISDIR(st.st_mode):
                 self._restore(path)
-            elif _key(st) != known[0]:
-                self._put_back(path, known)
+            elif _key(st) != known[0]:  # a file or link: as it was, or gone when too large to keep
+                _remove(path)
+                self._recreate(path)
         for name in self.children.get(folder, []):
             path = os.path.join(folder, name)
             if not os.path.lexists(path):
                 self._recreate(path)
         _chmod(folder, key[0])
         self._rekey(folder)
-
-    def _put_back(self, path: str, known: tuple[tuple[int, ...], bytes | None]) -> None:
-        _remove(path)
-        if known[1] is not None or stat.S_ISDIR(known[0][0]):
-            self._recreate(path)
 
     def _recreate(self, path: str) -> None:
         key, payload = self.entries[path]
