@@ -71,6 +71,12 @@ rewriting (done again by `Guard` to compare code) was half the time of a child. 
 warning that the plugins imported by the zygote cannot be rewritten."""
 
 
+OFF = ("cacheprovider", "pastebin", "stepwise", "setuponly", "setupplan")
+"""pytest's plugins a grading run leaves out: they act only on options it never sets (the cache would
+also carry what one run saw into the next) and define no fixture a test could ask for. Each one left in
+costs every child its options and hooks."""
+
+
 class Recorder:
     """A pytest plugin object: one outcome per node id (passed, failed, error, skipped)."""
 
@@ -114,8 +120,24 @@ def _parts(value: object) -> tuple[object, ...]:
     return tuple(parts)
 
 
+_GONE = object()
+"""What a fingerprinted name that is no longer there is looked up as."""
+
+
 def _same(a: tuple[object, ...], b: tuple[object, ...]) -> bool:
     return len(a) == len(b) and all(a[i] is b[i] for i in range(len(a)))
+
+
+def _unchanged(value: object, parts: tuple[object, ...]) -> bool:
+    """`_same(_parts(value), parts)`, quicker for a plain function (most of what is compared)."""
+    if type(value) is types.FunctionType and len(parts) == 4:
+        return (
+            value is parts[0]
+            and value.__code__ is parts[1]
+            and value.__defaults__ is parts[2]
+            and value.__kwdefaults__ is parts[3]
+        )
+    return _same(_parts(value), parts)
 
 
 class Fingerprint:
@@ -123,29 +145,42 @@ class Fingerprint:
     (held, so that no id is reused): what the code under test would change to fake an outcome."""
 
     def __init__(self) -> None:
-        self.spaces: list[tuple[str, object, dict[str, tuple[object, ...]]]] = []
+        self.spaces: list[tuple[str, object, dict[str, object], dict[str, tuple[object, ...]]]] = []
+        """(label, module or class, its names bound to objects that are all there is to compare, its
+        functions, properties and methods with their code and defaults)"""
         for name, module in sorted(sys.modules.items()):
             if name.split(".")[0] not in WATCHED or not isinstance(module, types.ModuleType):
                 continue
-            self.spaces.append((name, module, {k: _parts(v) for k, v in vars(module).items()}))
+            self._add(name, module)
             for value in list(vars(module).values()):
                 if isinstance(value, type) and value.__module__ == name:
-                    prints = {k: _parts(v) for k, v in vars(value).items()}
-                    self.spaces.append((f"{name}.{value.__qualname__}", value, prints))
+                    self._add(f"{name}.{value.__qualname__}", value)
+
+    def _add(self, label: str, owner: object) -> None:
+        plain: dict[str, object] = {}
+        functions: dict[str, tuple[object, ...]] = {}
+        for key, value in vars(owner).items():
+            parts = _parts(value)
+            if len(parts) == 1:
+                plain[key] = value
+            else:
+                functions[key] = parts
+        self.spaces.append((label, owner, plain, functions))
 
     def changes(self) -> list[str]:
         found = []
-        for label, owner, prints in self.spaces:
-            now = dict(vars(owner))
-            for key, before in prints.items():
+        for label, owner, plain, functions in self.spaces:
+            now = vars(owner)
+            changed = [key for key, value in plain.items() if now.get(key, _GONE) is not value]
+            changed += [k for k, parts in functions.items() if not _unchanged(now.get(k, _GONE), parts)]
+            for key in changed:
                 if key not in now:
                     found.append(f"{label}.{key} was deleted")
-                elif not _same(_parts(now[key]), before) and f"{label}.{key}" not in PYTEST_SETS:
+                elif f"{label}.{key}" not in PYTEST_SETS:
                     found.append(f"{label}.{key} was replaced")
             if isinstance(owner, type):
-                found += [
-                    f"{label}.{key} was added" for key in now if key not in prints and key not in PYTEST_ADDS
-                ]
+                known = plain.keys() | functions.keys() | PYTEST_ADDS
+                found += [f"{label}.{key} was added" for key in sorted(now.keys() - known)]
         return found
 
 
@@ -213,14 +248,16 @@ class Guard:
 
     def pytest_sessionfinish(self, session) -> None:  # type: ignore[no-untyped-def]
         """Hooks implemented outside pytest's and its plugins' files, other than by a conftest.py."""
+        trusted: dict[str, bool] = {}  # a few files implement every hook
         for name, caller in vars(session.config.pluginmanager.hook).items():
             for impl in caller.get_hookimpls() if hasattr(caller, "get_hookimpls") else []:
                 code = getattr(impl.function, "__code__", None)
                 where = code.co_filename if code is not None else repr(impl.function)
-                trusted = os.path.isfile(where) and (
-                    not _inside(where, self.root) or os.path.basename(where) == "conftest.py"
-                )
-                if not trusted:
+                if where not in trusted:
+                    trusted[where] = os.path.isfile(where) and (
+                        not _inside(where, self.root) or os.path.basename(where) == "conftest.py"
+                    )
+                if not trusted[where]:
                     self.hooks.append(f"hook {name} implemented in {where}")
 
 
@@ -552,7 +589,8 @@ def remove_ipc(known: set[tuple[str, int]]) -> set[tuple[str, int]]:
 
 def session_args(ini: str, root: str) -> list[str]:
     """pytest's arguments for a child, but its target."""
-    return ["-c", ini, "--rootdir", root, "-p", "no:cacheprovider", "-q", "--no-header", *PLAIN]
+    off = [arg for plugin in OFF for arg in ("-p", f"no:{plugin}")]
+    return ["-c", ini, "--rootdir", root, *off, "-q", "--no-header", *PLAIN]
 
 
 def premade(args: list[str]) -> Any:
@@ -672,7 +710,7 @@ def warm_up(root: str) -> None:
     every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
     under test runs, so a plugin that patches pytest when imported is not taken for tampering, and every
     child starts warm instead of importing them again (anyio's plugin alone, with trio, took half a
-    second a child). Then the heap is frozen, so that a child's collections skip what it inherited."""
+    second a child). inspect's map of module files is made for them. Then the heap is frozen, so that a child's collections skip what it inherited."""
     RepositoryBlock(root).install()
     from _pytest.config import default_plugins
 
@@ -690,6 +728,9 @@ def warm_up(root: str) -> None:
             importlib.import_module(name)
         except Exception:  # a plugin that fails here fails again in the child, where pytest reports it
             pass
+    # inspect's map of files to modules, which pytest's report of a failure fills by resolving the path
+    # of every module loaded (a third of a failing child's time): made here once, for what is loaded now.
+    inspect.getmodule(compile("", "<harness-grader>", "exec"))
     import gc
 
     gc.collect()

@@ -1,7 +1,7 @@
 """Reward integrity under RL pressure (docs/reliability.md, section 5).
 
 A policy under RL pressure finds whatever the grader lets through. `scripted:hacker` plays every known
-exploit through the real tools on built-in tasks, on bwrap, and must never score above the honest fix
+exploit through the real tools on built-in tasks, on both backends, and must never score above the honest fix
 (`scripted:gold`): it scores zero, and the grade says what it tried. Infrastructure failures injected
 into one rollout in ten leave the advantages of all the other rollouts exactly as they would be
 without them (DESIGN.md contract 4), in a synthetic batch and in a real rollout batch.
@@ -40,7 +40,11 @@ POLICIES = ["scripted:gold", *(f"scripted:{name}" for name in HACKERS)]
 
 
 def run(
-    out: Path, policy: str | ScriptedPolicy | Any, tasks: list[str], group_size: int = 1
+    out: Path,
+    policy: str | ScriptedPolicy | Any,
+    tasks: list[str],
+    group_size: int = 1,
+    backend: str = "bwrap",
 ) -> list[Trajectory]:
     config = RolloutConfig.model_validate(
         {
@@ -50,21 +54,24 @@ def run(
             "group_size": group_size,
             "concurrency": 2,
             "out": str(out),
-            "sandbox": {"backend": "bwrap"},
+            "sandbox": {"backend": backend},
         }
     )
     rollout(config, policy=None if isinstance(policy, str) else policy)
     return list(RunStore(out).trajectories())
 
 
-@pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Trajectory]]:
-    """policy -> task id -> its trajectory, one rollout of each policy on each task."""
-    require_backend("bwrap")
-    root = tmp_path_factory.mktemp("integrity")
+@pytest.fixture(scope="module", params=["bwrap", "docker"])
+def outcomes(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, Trajectory]]:
+    """policy -> task id -> its trajectory, one rollout of each policy on each task, on each backend."""
+    backend = request.param
+    require_backend(backend)
+    root = tmp_path_factory.mktemp(f"integrity-{backend}")
     found = {}
     for policy in POLICIES:
-        trajectories = run(root / policy.split(":")[1], policy, TASKS)
+        trajectories = run(root / policy.split(":")[1], policy, TASKS, backend=backend)
         found[policy] = {t.task_id: t for t in trajectories}
     return found
 
