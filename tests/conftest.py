@@ -26,6 +26,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+SCRIPTED_RUN = ("test_export.py", "test_replay.py", "test_viewer.py", "test_train_demo.py")
+"""The files that read `scripted_training_run`: under pytest-xdist they share a worker, so it is made once."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """`make test` runs the tests on 2 pytest-xdist workers (`--dist loadgroup`), then the `serial` ones
+    alone. Each file is a group of its own, so a module's fixtures are made once, on one worker; the files
+    of `SCRIPTED_RUN` are one group."""
+    for item in items:
+        name = item.path.name
+        group = "scripted-training-run" if name in SCRIPTED_RUN else str(item.path)
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 def backend_missing(name: str) -> str | None:
@@ -131,8 +143,9 @@ def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_p
 
 SHORT_DEMO = {"grpo_steps": 4, "group_size": 4, "tasks_per_step": 4, "eval_samples": 4}
 """The training demo, shortened for CI: the same warm start, fewer GRPO steps and samples."""
-DEMO_SEEDS = [0, 1]
-"""Seeds of the learning test: learning must show on each (benchmarks/demo_seeds.py measures 10)."""
+DEMO_SEEDS = [0]
+"""Seeds of the learning test: learning must show on each. One: benchmarks/demo_seeds.py measures the
+spread over 10 (the pass rate rose on 10 of 10); each seed here costs CI about 3 minutes on 2 cores."""
 
 
 @pytest.fixture(scope="session", params=DEMO_SEEDS, ids=[f"seed{s}" for s in DEMO_SEEDS])
