@@ -30,6 +30,7 @@ SCRIPTED_RUN = ("test_export.py", "test_replay.py", "test_viewer.py", "test_trai
 """The files that read `scripted_training_run`: under pytest-xdist they share a worker, so it is made once."""
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """`make test` runs the tests on 2 pytest-xdist workers (`--dist loadgroup`), then the `serial` ones
     alone. Each file is a group of its own, so a module's fixtures are made once, on one worker; the files
