@@ -29,9 +29,9 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two pytest-xdist workers (a file stays on one; tests/conftest.py), then the `serial` tests alone.
+# Two pytest-xdist workers (each file whole on one), then the `serial` tests alone.
 test: setup image lint
-	$(BIN)/pytest -q --durations=15 -n 2 --dist loadgroup -m "not serial"
+	$(BIN)/pytest -q --durations=15 -n 2 --dist loadfile -m "not serial"
 	$(BIN)/pytest -q --durations=10 -m serial
 
 # Every benchmark runs even when an earlier one misses a target; the target fails if any does.

@@ -26,21 +26,6 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-SCRIPTED_RUN = ("test_export.py", "test_replay.py", "test_viewer.py", "test_train_demo.py")
-"""The files that read `scripted_training_run`: under pytest-xdist they share a worker, so it is made once."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """`make test` runs the tests on 2 pytest-xdist workers (`--dist loadgroup`), then the `serial` ones
-    alone. Each file is a group of its own, so a module's fixtures are made once, on one worker; the files
-    of `SCRIPTED_RUN` are one group."""
-    for item in items:
-        name = item.path.name
-        group = "scripted-training-run" if name in SCRIPTED_RUN else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
 def backend_missing(name: str) -> str | None:
     if name == "docker" and not daemon_answers():
         return "the Docker daemon does not answer"
