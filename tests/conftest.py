@@ -26,6 +26,8 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
 def backend_missing(name: str) -> str | None:
     if name == "docker" and not daemon_answers():
         return "the Docker daemon does not answer"
