@@ -29,10 +29,8 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Two pytest-xdist workers (each file whole on one), then the `serial` tests alone.
 test: setup image lint
-	$(BIN)/pytest -q --durations=15 -n 2 --dist loadfile -m "not serial"
-	$(BIN)/pytest -q --durations=10 -m serial
+	$(BIN)/pytest -q --durations=15
 
 # Every benchmark runs even when an earlier one misses a target; the target fails if any does.
 bench: setup image

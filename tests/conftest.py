@@ -26,6 +26,18 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+TRAINING_RUNS = {"scripted_training_run": 1200, "demo_run": 1800}
+"""Session fixtures that train, and the seconds a test that asks for one may take: the first to ask
+makes it (about 30 s and 4 minutes on 2 idle cores; 7 minutes and more while CI's other worker and a
+load of 2 busy processes share the cores). pytest's timeout counts a fixture's setup."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test that asks for a training run gets that run's timeout, unless it sets its own."""
+    for item in items:
+        needs = [s for f, s in TRAINING_RUNS.items() if f in getattr(item, "fixturenames", ())]
+        if needs and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(max(needs)))
 
 
 def backend_missing(name: str) -> str | None:

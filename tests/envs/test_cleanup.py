@@ -20,9 +20,6 @@ from envs.docker import client
 from envs.lifecycle import LABEL, current_owner, reap
 from envs.remote import ExecutorSandbox
 
-pytestmark = pytest.mark.serial
-"""Run alone, after the others (Makefile): it counts the sandboxes, containers and cgroups on the host."""
-
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 RUNNER = """

@@ -24,9 +24,6 @@ import pytest
 from tests.conftest import IN_CI, require_backend
 from tests.faults.common import INJECT, MINI, NOTHING, RunFile, leftovers, short_dir, wait_until
 
-pytestmark = pytest.mark.serial
-"""Run alone, after the others (Makefile). It stops and restarts the Docker daemon every sandbox uses."""
-
 IMAGE = "harness-sandbox:latest"
 STOP_S = 30.0
 """How long the daemon stays stopped: the issue's figure; the test file takes about 1.5 minutes."""

@@ -54,9 +54,6 @@ from envs.sandbox import CommandResult, SandboxConfig
 from tasks.model import Task
 from tasks.suite import load_suite
 
-pytestmark = pytest.mark.serial
-"""Run alone, after the others (Makefile). It measures latency against the host's load and samples the host's memory, disk and processes."""
-
 FLEET = {"docker": 32, "bwrap": 64}
 ATTACKERS = 4
 """One of each kind of attack."""

@@ -11,7 +11,7 @@ import datasets
 from harness.store import RunStore
 from summarizer import REQUEST
 from tests.conftest import require_backend
-from tests.harness.test_replay import TRAIN_TIMEOUT, harness, rollout
+from tests.harness.test_replay import harness, rollout
 
 
 def load(kind: str, path: Path, cache: Path) -> datasets.Dataset:
@@ -26,7 +26,6 @@ def export(run: Path, out: Path, *args: str) -> None:
     assert f"to {out}" in proc.stdout
 
 
-@TRAIN_TIMEOUT
 def test_jsonl_and_parquet_hold_one_row_per_trajectory(scripted_training_run: Path, tmp_path: Path) -> None:
     run = scripted_training_run
     trajectories = list(RunStore(run).trajectories())
@@ -51,7 +50,6 @@ def test_jsonl_and_parquet_hold_one_row_per_trajectory(scripted_training_run: Pa
         assert load("json", tmp_path / "limit.jsonl", tmp_path / "hf").num_rows == len(limited)
 
 
-@TRAIN_TIMEOUT
 def test_sft_rebuilds_the_conversations_of_token_trajectories(
     scripted_training_run: Path, tmp_path: Path
 ) -> None:

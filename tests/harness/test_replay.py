@@ -21,8 +21,6 @@ from tests.harness.test_cli import HARNESS
 MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
 WIDE = {**os.environ, "COLUMNS": "200"}
 """Lines as a wide terminal shows them, so that the checked text is not wrapped."""
-TRAIN_TIMEOUT = pytest.mark.timeout(600)
-"""The first test to use the session's `scripted_training_run` pays for it (about 30 s on 2 idle cores)."""
 FIX = {"path": "mini/__init__.py", "old_str": "    if x > hi:\n        return x\n", "new_str": "    if x > hi:\n        return hi\n"}  # fmt: skip
 
 
@@ -82,7 +80,6 @@ def test_replay_shows_each_turn_the_diff_and_the_grade(scripted_run: tuple[Path,
     assert any(line.strip("│ ") == "50" for line in full.splitlines())
 
 
-@TRAIN_TIMEOUT
 def test_replay_of_a_training_run_shows_summaries_and_advantages(scripted_training_run: Path) -> None:
     run = scripted_training_run
     trajectories = list(RunStore(run).trajectories())
@@ -112,7 +109,6 @@ def test_replay_of_a_training_run_shows_summaries_and_advantages(scripted_traini
     assert "parse error:" in out and "not correct" in out and "no tool call" in out
 
 
-@TRAIN_TIMEOUT
 def test_runs_lists_filters_and_sorts(scripted_training_run: Path) -> None:
     run = scripted_training_run
     trajectories = list(RunStore(run).trajectories())
