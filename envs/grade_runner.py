@@ -710,7 +710,8 @@ def warm_up(root: str) -> None:
     every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
     under test runs, so a plugin that patches pytest when imported is not taken for tampering, and every
     child starts warm instead of importing them again (anyio's plugin alone, with trio, took half a
-    second a child). inspect's map of module files is made for them. Then the heap is frozen, so that a child's collections skip what it inherited."""
+    second a child). inspect's map of module files is made for them. Then the heap is frozen, so that a
+    child's collections skip what it inherited."""
     RepositoryBlock(root).install()
     from _pytest.config import default_plugins
 

@@ -28,8 +28,8 @@ BACKENDS = ["docker", "bwrap"]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TRAINING_RUNS = {"scripted_training_run": 1200, "demo_run": 1800}
 """Session fixtures that train, and the seconds a test that asks for one may take: the first to ask
-makes it (about 30 s and 4 minutes on 2 idle cores; 7 minutes and more while CI's other worker and a
-load of 2 busy processes share the cores). pytest's timeout counts a fixture's setup."""
+makes it (about 30 s and 4 minutes on 2 idle cores, 7 minutes and more on a loaded host), and pytest's
+timeout counts a fixture's setup."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
