@@ -14,7 +14,9 @@ $(BIN)/harness: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(BIN)/harness
 
+# The bubblewrap sandboxes' Python environment (the sandbox image's pytest), made once from the index.
 setup: $(BIN)/harness
+	$(BIN)/harness env build --quiet >/dev/null
 
 # The sandbox image, built on an offline base made by debootstrap when no registry is reachable.
 image: setup

@@ -28,6 +28,7 @@ from envs import cgroups
 from envs.channel import ExecutorChannel
 from envs.host_paths import reachable, readable_source
 from envs.lifecycle import current_owner, track
+from envs.python_env import sandbox_env
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 
@@ -36,6 +37,8 @@ SANDBOX_UID = 1000
 BRIDGE_ROOT = Path("/tmp/.harness-bridges")
 """Empty folders that host folders the sandbox's user cannot reach are bound on, in its own mount namespace."""
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+SYSTEM_PATH = ("/usr/local/bin", "/usr/bin", "/bin")
+"""PATH in the sandbox after the Python environment's own bin folder."""
 ETC_FILES = (
     "ld.so.cache",
     "ld.so.conf",
@@ -222,11 +225,14 @@ def _make_bridge_root() -> None:
 
 
 def _bwrap_args(
-    bwrap: str, config: SandboxConfig, run_dir: Path, uid: int | None, source: Path | None
+    bwrap: str, config: SandboxConfig, run_dir: Path, uid: int | None, source: Path | None, env: Path | None
 ) -> tuple[list[str], Bridges]:
     """bwrap's arguments up to the executor's command, and the bridges they need."""
     etc, executor = _run_files(run_dir, uid)
-    binds = [Path(d) for d in python_dirs()] + ([source] if source is not None else [])
+    env = sandbox_env(config.python_env)
+    binds = (
+        [Path(d) for d in python_dirs()] + ([env] if env else []) + ([source] if source is not None else [])
+    )
     bridge = Bridges([*binds, run_dir], uid)
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
     if can_disable_userns(bwrap):  # else the agent makes a user namespace, with every capability in it
@@ -255,8 +261,8 @@ def _bwrap_args(
     args += ["--remount-ro", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]
-    for d in python_dirs():  # after the tmpfs mounts: a Python under /tmp must not be hidden by them
-        args += ["--ro-bind", bridge(d), d]
+    for d in [*python_dirs(), *([str(env)] if env else [])]:  # after the tmpfs mounts: a Python under
+        args += ["--ro-bind", bridge(d), d]  # /tmp must not be hidden by them
     if source is not None:
         args += ["--ro-bind", bridge(source), "/opt/pristine"]
     args += ["--ro-bind", bridge(executor), "/opt/harness/executor.py"]
@@ -295,6 +301,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     bwrap = bwrap_path()
     if bwrap is None:
         raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
+    env = sandbox_env(config.python_env)
     owner = current_owner(config.state_dir, config.expiry_s)
     run_dir = config.state_dir / owner.run_id
     uid = sandbox_host_user(config)
@@ -312,7 +319,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     except OSError:
         group = None  # no writable cgroups here: rlimits are all we have
 
-    args, bridge = _bwrap_args(bwrap, config, run_dir, uid, source)
+    args, bridge = _bwrap_args(bwrap, config, run_dir, uid, source, env)
     args += ["--bind", bridge(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
     args += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: files put there would outlive a reset
     python = os.path.realpath(sys.executable)
@@ -322,8 +329,8 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     if group is None:  # with a cgroup, its pids.max alone refuses forks, and counts them (limit_events)
         args += ["--max-processes", str(config.pids_limit)]
     command = _launcher(group, config, uid, bridge) + args
-    path_dirs = [os.path.dirname(sys.executable), "/usr/local/bin", "/usr/bin", "/bin"]
-    env = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
+    path_dirs = [str(env / "bin") if env else os.path.dirname(sys.executable), *SYSTEM_PATH]
+    variables = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
     stderr_path = run_dir / f"{sandbox_id}.stderr"
     with stderr_path.open("wb") as stderr:
         proc: subprocess.Popen[bytes] = SPAWNER.call(
@@ -332,7 +339,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=stderr,
-                env=env,
+                env=variables,
                 close_fds=True,
             )
         )

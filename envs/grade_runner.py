@@ -59,6 +59,10 @@ PYTEST_SETS = {"_pytest.doctest.RUNNER_CLASS", "_pytest.doctest.CHECKER_CLASS"}
 """Names pytest itself binds during a run (lazily made classes)."""
 PYTEST_ADDS = {"_pytest_diamond_inheritance_warning_shown"}
 """A class attribute pytest itself adds (a warning shown once)."""
+PYTEST_FIXTURES = ("_UnitTestCase__pytest_class_setup", "_UnitTestCase__pytest_method_setup")
+"""Fixtures pytest 7's unittest plugin sets on every TestCase class it collects: on `unittest.TestCase`
+itself when a test module imports that by name. Taken as pytest's only when they are functions of
+pytest's own unittest module."""
 SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
 """The folders a sandbox's user may write besides the repository (envs/remote.py's reset clears them)."""
 MAX_ANSWER = 16 << 20
@@ -180,8 +184,23 @@ class Fingerprint:
                     found.append(f"{label}.{key} was replaced")
             if isinstance(owner, type):
                 known = plain.keys() | functions.keys() | PYTEST_ADDS
-                found += [f"{label}.{key} was added" for key in sorted(now.keys() - known)]
+                added = [k for k in sorted(now.keys() - known) if not _pytests_fixture(k, now[k])]
+                found += [f"{label}.{key} was added" for key in added]
         return found
+
+
+def _pytests_fixture(key: str, value: object) -> bool:
+    """A fixture pytest's unittest plugin set (PYTEST_FIXTURES), defined in its own file: pytest 7 wraps
+    it in a function of its fixtures module that holds the original."""
+    if key not in PYTEST_FIXTURES or not isinstance(value, types.FunctionType):
+        return False
+    import _pytest.fixtures
+    import _pytest.unittest
+
+    wrapped = getattr(getattr(value, "__pytest_wrapped__", None), "obj", None)
+    files = [value.__code__.co_filename, getattr(getattr(wrapped, "__code__", None), "co_filename", "")]
+    where = [_pytest.fixtures.__file__, _pytest.unittest.__file__]
+    return [os.path.realpath(f) for f in files] == [os.path.realpath(f) for f in where]
 
 
 def _capped(findings: list[str]) -> list[str]:

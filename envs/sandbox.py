@@ -53,6 +53,10 @@ class SandboxConfig(BaseModel):
     """A sandbox older than this whose owner cannot be checked is removed by the reaper."""
     state_dir: Path = Path("/tmp/harness-sandboxes")
     """Host folder for executor sockets and run ownership records."""
+    python_env: Path | None = None
+    """bwrap: the virtual environment whose Python runs task code and tests (bound read-only, first on
+    PATH). None: the one `harness env build` made, with the sandbox image's pytest (`envs/python_env.py`);
+    where none is built, the harness's own environment, with a warning."""
     host_uid: int = Field(default=61000, ge=1)
     """Host user id a bubblewrap sandbox's processes run as when the harness runs as root: an account that
     owns nothing (the sandbox's own user, uid 1000 inside, maps to it). A harness run by another user maps

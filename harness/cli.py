@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -18,6 +19,7 @@ from rich.table import Table
 from envs.factory import resolve_backend, start_sandbox
 from envs.grading import Grade, Validation, grade_patch, validate_task
 from envs.lifecycle import install_signal_handlers, reap
+from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from harness.config import ConfigError, load_config
@@ -117,6 +119,25 @@ def cmd_sandbox_reap(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_env_parser(sub: Any) -> None:
+    env = sub.add_parser("env", help="the Python environment of bubblewrap sandboxes")
+    env_sub = env.add_subparsers(dest="env_command", required=True)
+    p = env_sub.add_parser(
+        "build", help="make it once, from the package index (the sandboxes have no network)"
+    )
+    p.add_argument("--quiet", action="store_true", help="print only the folder")
+    p.set_defaults(func=cmd_env_build)
+
+
+def cmd_env_build(args: argparse.Namespace) -> int:
+    """Builds the sandbox environment (a kept one is reused) and prints its folder."""
+    folder = default_env_dir()
+    if not is_built(folder) and not args.quiet:
+        print(f"building {folder}: {', '.join(REQUIREMENTS)}", file=sys.stderr)
+    print(build_env(folder, quiet=args.quiet))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="RL harness for coding agents.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -137,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     p = sandbox_sub.add_parser("reap", help="remove sandboxes left behind by dead runs")
     p.set_defaults(func=cmd_sandbox_reap)
+    add_env_parser(sub)
 
     tasks = sub.add_parser("tasks", help="list and validate task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)

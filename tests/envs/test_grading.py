@@ -11,7 +11,7 @@ import pytest
 
 from envs.grading import collect_patch, grade_patch
 from envs.sandbox import SandboxConfig
-from tasks.model import Task
+from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
 
@@ -234,3 +234,58 @@ def test_the_agents_repository_has_no_future_objects(
     assert commits == 1, log.output
     hidden = sandbox.run("ls " + " ".join(builtin_task.hidden_tests.files))  # type: ignore[attr-defined]
     assert hidden.exit_code != 0, "hidden tests are visible to the agent"
+
+
+UNITTEST_TEST = """\
+from unittest import TestCase
+
+from pkg.calc import add
+
+
+class AddTests(TestCase):
+    def test_add(self):
+        self.assertEqual(add(2, 3), 5)
+"""
+ADD_FIX = """\
+diff --git a/pkg/calc.py b/pkg/calc.py
+--- a/pkg/calc.py
++++ b/pkg/calc.py
+@@ -1,2 +1,2 @@
+ def add(a, b):
+-    return a - b
++    return a + b
+"""
+
+
+def unittest_task(root: Path, test: str) -> Task:
+    """A task whose hidden test is a `unittest.TestCase`, on a repository whose `add` subtracts."""
+    repo = root / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "pkg" / "__init__.py").write_text("")
+    (repo / "pkg" / "calc.py").write_text("def add(a, b):\n    return a - b\n")
+    hidden = HiddenTests(
+        files={"tests/test_add.py": test}, fail_to_pass=["tests/test_add.py::AddTests::test_add"]
+    )
+    return Task(id="unittest", title="add", repo=repo, problem_statement="add subtracts", hidden_tests=hidden)
+
+
+def test_a_unittest_testcase_imported_by_name_grades_clean_on_both_backends(
+    backend: str, tmp_path: Path
+) -> None:
+    """pytest 7 (both backends' pytest) sets its fixtures on `unittest.TestCase` when a test module imports
+    that by name: this was a false `tampering` finding, every such test an error, the fix worth 0."""
+    task = unittest_task(tmp_path, UNITTEST_TEST)
+    grade = grade_patch(task, ADD_FIX, SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    assert grade.tampering == [] and grade.fail_to_pass == {"tests/test_add.py::AddTests::test_add": "passed"}
+    assert grade.correct == 1.0
+    forged = ADD_FIX + (
+        "diff --git a/pkg/__init__.py b/pkg/__init__.py\n--- a/pkg/__init__.py\n+++ b/pkg/__init__.py\n"
+        "@@ -0,0 +1,3 @@\n+import unittest\n+\n+unittest.TestCase._UnitTestCase__pytest_class_setup = len\n"
+    )
+    plain = task.model_copy(  # a module that does not import the name: pytest sets nothing there
+        update={"hidden_tests": task.hidden_tests.model_copy(update={"files": {"tests/test_add.py": UNITTEST_TEST.replace(
+            "from unittest import TestCase", "import unittest").replace("(TestCase)", "(unittest.TestCase)")}})}
+    )  # fmt: skip
+    graded = grade_patch(plain, forged, SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    assert any("_UnitTestCase__pytest_class_setup" in t for t in graded.tampering), graded.tampering
+    assert graded.correct == 0.0

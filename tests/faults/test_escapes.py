@@ -36,6 +36,7 @@ import yaml
 from envs.bwrap import ETC_FILES, SYSTEM_DIRS, python_dirs, start_bwrap
 from envs.docker import start_docker
 from envs.grading import collect_patch, grade_patch
+from envs.python_env import sandbox_env
 from envs.remote import ExecutorSandbox
 from envs.replacing import ReplacingSandbox
 from envs.sandbox import SandboxConfig
@@ -468,8 +469,10 @@ def allowed_mount(point: str, backend: str) -> bool:
         return True
     if backend == "docker":
         return point in DOCKER_MOUNTS
+    env = sandbox_env(None)
     system = {*SYSTEM_DIRS, *(f"/etc/{n}" for n in ETC_FILES), "/etc/passwd", "/etc/group", *python_dirs()}
-    return point in system  # bwrap binds the system and the harness's own Python, read-only
+    system |= {str(env)} if env is not None else set()
+    return point in system  # bwrap binds the system, the harness's Python and the task's, read-only
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
