@@ -35,7 +35,9 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
+import itertools
 import json
+import operator
 import os
 import random
 import resource
@@ -108,17 +110,19 @@ class Recorder:
             self.collect_errors.append(report.nodeid)
 
 
+def _functions(value: object) -> list[object]:
+    """The functions a value runs: a property's, a static or class method's, or itself."""
+    if isinstance(value, property):
+        return [value.fget, value.fset, value.fdel]
+    if isinstance(value, (staticmethod, classmethod)):  # the sandbox's Python may be older than 3.10
+        return [value.__func__]
+    return [value]
+
+
 def _parts(value: object) -> tuple[object, ...]:
     """The value and, for a function (or a property, static or class method), its code and defaults."""
-    functions: list[object]
-    if isinstance(value, property):
-        functions = [value.fget, value.fset, value.fdel]
-    elif isinstance(value, (staticmethod, classmethod)):  # the sandbox's Python may be older than 3.10
-        functions = [value.__func__]
-    else:
-        functions = [value]
     parts: list[object] = [value]
-    for f in functions:
+    for f in _functions(value):
         if isinstance(f, types.FunctionType):
             parts += [f.__code__, f.__defaults__, f.__kwdefaults__]
     return tuple(parts)
@@ -144,49 +148,92 @@ def _unchanged(value: object, parts: tuple[object, ...]) -> bool:
     return _same(_parts(value), parts)
 
 
-class Fingerprint:
-    """Every name of the watched modules, and every attribute of the classes they define, as objects
-    (held, so that no id is reused): what the code under test would change to fake an outcome."""
+class Space:
+    """One module's or class's names as the fingerprint took them: objects, and functions (properties,
+    static and class methods too) with their code and defaults (`_parts`)."""
 
-    def __init__(self) -> None:
-        self.spaces: list[tuple[str, object, dict[str, object], dict[str, tuple[object, ...]]]] = []
-        """(label, module or class, its names bound to objects that are all there is to compare, its
-        functions, properties and methods with their code and defaults)"""
-        for name, module in sorted(sys.modules.items()):
-            if name.split(".")[0] not in WATCHED or not isinstance(module, types.ModuleType):
-                continue
-            self._add(name, module)
-            for value in list(vars(module).values()):
-                if isinstance(value, type) and value.__module__ == name:
-                    self._add(f"{name}.{value.__qualname__}", value)
-
-    def _add(self, label: str, owner: object) -> None:
-        plain: dict[str, object] = {}
-        functions: dict[str, tuple[object, ...]] = {}
+    def __init__(self, label: str, owner: object) -> None:
+        self.label, self.owner = label, owner
+        self.plain: dict[str, object] = {}
+        self.functions: dict[str, tuple[object, ...]] = {}
         for key, value in vars(owner).items():
             parts = _parts(value)
             if len(parts) == 1:
-                plain[key] = value
+                self.plain[key] = value
             else:
-                functions[key] = parts
-        self.spaces.append((label, owner, plain, functions))
+                self.functions[key] = parts
+        self.known = self.plain.keys() | self.functions.keys() | PYTEST_ADDS
 
     def changes(self) -> list[str]:
+        now = vars(self.owner)
         found = []
-        for label, owner, plain, functions in self.spaces:
-            now = vars(owner)
-            changed = [key for key, value in plain.items() if now.get(key, _GONE) is not value]
-            changed += [k for k, parts in functions.items() if not _unchanged(now.get(k, _GONE), parts)]
-            for key in changed:
-                if key not in now:
-                    found.append(f"{label}.{key} was deleted")
-                elif f"{label}.{key}" not in PYTEST_SETS:
-                    found.append(f"{label}.{key} was replaced")
-            if isinstance(owner, type):
-                known = plain.keys() | functions.keys() | PYTEST_ADDS
-                added = [k for k in sorted(now.keys() - known) if not _pytests_fixture(k, now[k])]
-                found += [f"{label}.{key} was added" for key in added]
+        changed = [key for key, value in self.plain.items() if now.get(key, _GONE) is not value]
+        changed += [k for k, parts in self.functions.items() if not _unchanged(now.get(k, _GONE), parts)]
+        for key in changed:
+            if key not in now:
+                found.append(f"{self.label}.{key} was deleted")
+            elif f"{self.label}.{key}" not in PYTEST_SETS:
+                found.append(f"{self.label}.{key} was replaced")
+        if isinstance(self.owner, type):
+            added = [k for k in sorted(now.keys() - self.known) if not _pytests_fixture(k, now[k])]
+            found += [f"{self.label}.{key} was added" for key in added]
         return found
+
+
+class Fingerprint:
+    """Every name of the watched modules, and every attribute of the classes they define, as objects
+    (held, so that no id is reused): what the code under test would change to fake an outcome.
+
+    `changes` first compares everything in one pass at C speed (each name's object by identity, each
+    plain function's code and defaults, each class's count of names); only where that finds a difference
+    does it go space by space to name what changed."""
+
+    def __init__(self) -> None:
+        self.spaces: list[Space] = []
+        for name, module in sorted(sys.modules.items()):
+            if name.split(".")[0] not in WATCHED or not isinstance(module, types.ModuleType):
+                continue
+            self.spaces.append(Space(name, module))
+            for value in list(vars(module).values()):
+                if isinstance(value, type) and value.__module__ == name:
+                    self.spaces.append(Space(f"{name}.{value.__qualname__}", value))
+        views, keys, values = [], [], []
+        for space in self.spaces:
+            view = vars(space.owner)  # a module's dict, or a live view of a class's
+            for key, parts in [*((k, (v,)) for k, v in space.plain.items()), *space.functions.items()]:
+                views.append(view.get)
+                keys.append(key)
+                values.append(parts[0])
+        self.lookups, self.keys, self.values = tuple(views), tuple(keys), tuple(values)
+        # A property's functions and a static or class method's cannot be swapped (read-only): the
+        # object's identity and each function's code and defaults are all there is to compare.
+        self.functions = tuple(f for v in values for f in _functions(v) if isinstance(f, types.FunctionType))
+        self.code = tuple(tuple(map(get, self.functions)) for get in PARTS)
+        self.classes = tuple(vars(s.owner) for s in self.spaces if isinstance(s.owner, type))
+        self.sizes = tuple(map(len, self.classes))
+
+    def unchanged(self) -> bool:
+        is_ = operator.is_
+        now = map(_call, self.lookups, self.keys, itertools.repeat(_GONE))
+        return (
+            all(map(is_, now, self.values))
+            and all(
+                all(map(is_, map(get, self.functions), was))
+                for get, was in zip(PARTS, self.code, strict=True)
+            )
+            and all(map(operator.eq, map(len, self.classes), self.sizes))
+        )
+
+    def changes(self) -> list[str]:
+        if self.unchanged():
+            return []
+        return [finding for space in self.spaces for finding in space.changes()]
+
+
+_call: Any = getattr(operator, "call", None) or (lambda f, *args: f(*args))
+"""`operator.call` (Python 3.11), or what it does, where the sandbox's Python is older."""
+PARTS = tuple(operator.attrgetter(a) for a in ("__code__", "__defaults__", "__kwdefaults__"))
+"""What a plain function is compared by, besides itself."""
 
 
 def _pytests_fixture(key: str, value: object) -> bool:

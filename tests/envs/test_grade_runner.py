@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sysconfig
+import types
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -126,3 +128,58 @@ def test_the_runners_parent_never_imports_a_module_of_the_repository(
     assert report["outcomes"] == {"tests/test_helper.py::test_value": "passed"}, report
     assert importers and parent not in importers, (parent, importers)
     assert report["tampering"] == [], report
+
+
+CODE: dict[str, object] = {}
+"""What the fingerprint test changed, to put back."""
+
+
+def test_the_fingerprint_names_each_kind_of_change_and_nothing_once_undone() -> None:
+    """Its one-pass comparison finds every change the per-name comparison names: a name rebound or
+    deleted, a function's code or defaults swapped in place, a property's function's code, a class
+    attribute added."""
+    import json as watched
+
+    from envs.grade_runner import Fingerprint
+
+    fingerprint = Fingerprint()
+    assert fingerprint.changes() == []
+    prop = next(
+        (space.label, key, value)
+        for space in fingerprint.spaces
+        for key, value in vars(space.owner).items()
+        if isinstance(value, property)
+        and isinstance(value.fget, types.FunctionType)
+        and not value.fget.__code__.co_freevars
+    )
+    dumps, encoder, decoder = watched.dumps, watched.JSONEncoder, watched.decoder
+    fget = prop[2].fget
+    changes: dict[str, tuple[Callable[[], None], Callable[[], None]]] = {
+        "json.JSONEncoder was replaced": (
+            lambda: setattr(watched, "JSONEncoder", dict), lambda: setattr(watched, "JSONEncoder", encoder)
+        ),
+        "json.decoder was deleted": (lambda: delattr(watched, "decoder"), lambda: setattr(watched, "decoder", decoder)),
+        "json.dumps was replaced": (
+            lambda: setattr(dumps, "__code__", watched.loads.__code__),
+            lambda: setattr(dumps, "__code__", CODE["dumps"]),
+        ),
+        "json.dumps was replaced ": (  # its defaults, in place
+            lambda: setattr(dumps, "__kwdefaults__", {**dumps.__kwdefaults__, "indent": 4}),
+            lambda: setattr(dumps, "__kwdefaults__", CODE["kwdefaults"]),
+        ),
+        f"{prop[0]}.{prop[1]} was replaced": (
+            lambda: setattr(fget, "__code__", (lambda self: None).__code__),
+            lambda: setattr(fget, "__code__", CODE["fget"]),
+        ),
+        "json.encoder.JSONEncoder.forged was added": (
+            lambda: setattr(encoder, "forged", True), lambda: delattr(encoder, "forged")
+        ),
+    }  # fmt: skip
+    CODE.update(dumps=dumps.__code__, kwdefaults=dumps.__kwdefaults__, fget=fget.__code__)
+    for finding, (do, undo) in changes.items():
+        do()
+        try:
+            assert finding.strip() in fingerprint.changes(), finding
+        finally:
+            undo()
+        assert fingerprint.changes() == [], finding
