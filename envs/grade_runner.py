@@ -88,7 +88,7 @@ class Recorder:
 
     def __init__(self) -> None:
         self.outcomes: dict[str, str] = {}
-        self.collect_errors: list[str] = []
+        self.collect_errors: dict[str, str] = {}
 
     def pytest_runtest_logreport(self, report) -> None:  # type: ignore[no-untyped-def]
         if report.when == "call":
@@ -107,7 +107,7 @@ class Recorder:
 
     def pytest_collectreport(self, report) -> None:  # type: ignore[no-untyped-def]
         if report.failed:
-            self.collect_errors.append(report.nodeid)
+            self.collect_errors[report.nodeid] = collect_message(report)
 
 
 def _functions(value: object) -> list[object]:
@@ -117,6 +117,17 @@ def _functions(value: object) -> list[object]:
     if isinstance(value, (staticmethod, classmethod)):  # the sandbox's Python may be older than 3.10
         return [value.__func__]
     return [value]
+
+
+def collect_message(report: Any) -> str:
+    """A collection error's last line (`ModuleNotFoundError: No module named 'x'`): pytest's crash line
+    where the report has one, else the last `E` line of its text."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    if crash is not None and crash.message:
+        return str(crash.message)[:300]
+    lines = str(report.longrepr).strip().splitlines()
+    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
+    return (errors or lines or ["(no message)"])[-1][:300]
 
 
 def _parts(value: object) -> tuple[object, ...]:
@@ -827,6 +838,7 @@ def main() -> None:
     scratch = Scratch([root, *(SCRATCH if in_sandbox else [])])
     ipc = remove_ipc(set()) if in_sandbox else set()
     outcomes: dict[str, str] = {}
+    not_collected: dict[str, str] = {}
     findings: list[str] = []
     logs: list[str] = []
     order = [t for t in dict.fromkeys(targets) if t.split("::", 1)[0] in present]
@@ -842,6 +854,11 @@ def main() -> None:
         scratch.restore()
         ipc = remove_ipc(ipc) if in_sandbox else ipc
         outcomes.update(_own(answer, target))
+        errors = answer.get("collect_errors")
+        if isinstance(errors, dict):  # told by the code under test: shown, never scored
+            not_collected |= {
+                str(k): str(v)[:300] for k, v in list(errors.items())[:5] if _within(str(k), file)
+            }
         found = answer.get("tampering")
         findings += [str(t) for t in found] if isinstance(found, list) else []
     zygote.close()
@@ -851,6 +868,7 @@ def main() -> None:
         "outcomes": outcomes,
         "missing_files": sorted(set(files) - set(present)),
         "tampering": [*dict.fromkeys(findings)],  # each child capped its own
+        "collect_errors": not_collected,
     }
     write_report(report_path, report)
     # Nothing of the code under test ran here; os._exit all the same, as a child does.

@@ -33,6 +33,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
@@ -89,6 +90,9 @@ class Grade(BaseModel):
     counted, and charged only by `RewardConfig.suspicion_penalty`."""
     canaries: dict[str, str] = Field(default_factory=dict)
     """Each canary run (`FILE::TEST (MUTATION)`) -> `failed` (as it must), `passed` or `missing`."""
+    collect_errors: dict[str, str] = Field(default_factory=dict)
+    """Hidden test files pytest could not collect -> the error's last line: why their tests are `error`
+    or `missing` (a module not found, a syntax error). Told by the code under test: shown, never scored."""
 
 
 def collect_patch(sandbox: Sandbox, task: Task) -> str:
@@ -202,14 +206,11 @@ def _grade_in(
     plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial)
     for path, content in plan.files.items():
         sandbox.write_file(path, content.encode())
-    tampering: list[str] = []
-    canaries: dict[str, str] = {}
     if verifier is not None:
-        f2p, p2p, score, timed_out = _run_verifier(sandbox, verifier, timeout)
+        tests = HiddenRun(*_run_verifier(sandbox, verifier, timeout))
     else:
-        f2p, p2p, score, timed_out, tampering, canaries = _run_tests(
-            sandbox, task, plan, grader_dir, timeout, trusted=trial is None
-        )
+        tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
+    f2p, p2p, score, timed_out = tests.fail_to_pass, tests.pass_to_pass, tests.score, tests.timed_out
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
     judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
@@ -224,22 +225,39 @@ def _grade_in(
             "patch_applied": True,
             "simplicity": judged_simplicity,
             "duration_s": time.monotonic() - started,
-            "tampering": tampering,
-            "canaries": canaries,
+            "tampering": tests.tampering,
+            "canaries": tests.canaries,
+            "collect_errors": tests.collect_errors,
         }
     )
 
 
+MESSAGE = 300
+"""Characters kept of a collection error's message."""
 Verdict = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
 """FAIL_TO_PASS and PASS_TO_PASS outcomes, the score in [0, 1], and whether the run timed out."""
 
 
+@dataclass
+class HiddenRun:
+    """What a run of the hidden tests (or the verifier) decided."""
+
+    fail_to_pass: dict[str, Outcome]
+    pass_to_pass: dict[str, Outcome]
+    score: float
+    """The fraction of hidden ids that passed."""
+    timed_out: bool
+    tampering: list[str] = field(default_factory=list)
+    canaries: dict[str, str] = field(default_factory=dict)
+    collect_errors: dict[str, str] = field(default_factory=dict)
+
+
 def _run_tests(
     sandbox: ExecutorSandbox, task: Task, plan: RunPlan, grader_dir: str, timeout: float, trusted: bool
-) -> tuple[dict[str, Outcome], dict[str, Outcome], float, bool, list[str], dict[str, str]]:
-    """Runs the hidden pytest ids and the canaries; the score is the fraction of hidden ids that passed.
-    Also returns the tampering found (the runner's findings and, when `trusted`, canaries that passed
-    where the test they were made from passed too; then nothing passed) and each canary's outcome."""
+) -> HiddenRun:
+    """Runs the hidden pytest ids and the canaries. Besides the outcomes: the tampering found (the
+    runner's findings and, when `trusted`, canaries that passed where the test they were made from passed
+    too; then nothing passed), each canary's outcome, and the hidden files pytest could not collect."""
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
@@ -252,7 +270,7 @@ def _run_tests(
     )  # fmt: skip
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
-    outcomes, tampering = _read_report(sandbox, report, run.output)
+    outcomes, tampering, not_collected = _read_report(sandbox, report, run.output)
     canaries = {c.label: verdict(plan.watched[run_id][0], outcomes) for run_id, c in plan.canaries.items()}
     if trusted:  # a test and its canary both passed: one expectation and its opposite both held
         tampering += [
@@ -265,24 +283,37 @@ def _run_tests(
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.fail_to_pass}
     p2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.pass_to_pass}
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
-    return f2p, p2p, passed / (len(f2p) + len(p2p)), run.timed_out, tampering, canaries
+    score = passed / (len(f2p) + len(p2p))
+    return HiddenRun(f2p, p2p, score, run.timed_out, tampering, canaries, _task_paths(not_collected, plan))
 
 
-def _read_report(sandbox: ExecutorSandbox, report: str, output: str) -> tuple[dict[str, str], list[str]]:
-    """The runner's outcomes and findings. No report (the run crashed or timed out): nothing passed. A
-    report that is not the one whose digest the runner printed last was written by someone else."""
+def _task_paths(errors: dict[str, str], plan: RunPlan) -> dict[str, str]:
+    """Collection errors keyed by the task's file names, not the names the files ran under."""
+    names = {run.split("::", 1)[0]: task.split("::", 1)[0] for task, run in plan.ids.items()}
+    names |= {run.split("::", 1)[0]: f"a canary of {c.file}" for run, c in plan.canaries.items()}
+    return {names.get(k.split("::", 1)[0], k): str(v)[:MESSAGE] for k, v in list(errors.items())[:20]}
+
+
+def _read_report(
+    sandbox: ExecutorSandbox, report: str, output: str
+) -> tuple[dict[str, str], list[str], dict[str, str]]:
+    """The runner's outcomes, findings and collection errors. No report (the run crashed or timed out):
+    nothing passed. A report that is not the one whose digest the runner printed last was written by
+    someone else."""
     try:
         raw = sandbox.read_file(report)
     except SandboxError:
-        return {}, []
+        return {}, [], {}
     last = output.rstrip("\n").rsplit("\n", 1)[-1]
     if last != f"{DONE} {hashlib.sha256(raw).hexdigest()}":
-        return {}, ["the report is not the one the grader's runner wrote (its digest does not match)"]
+        return {}, ["the report is not the one the grader's runner wrote (its digest does not match)"], {}
     try:
         parsed = json.loads(raw)
-        return dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]]
-    except (ValueError, KeyError, TypeError):
-        return {}, ["the report is not valid JSON"]
+        errors = parsed.get("collect_errors", {})
+        errors = {str(k): str(v) for k, v in errors.items()} if isinstance(errors, dict) else {}
+        return dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]], errors
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {}, ["the report is not valid JSON"], {}
 
 
 def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Verdict:
@@ -369,7 +400,9 @@ def validate_task(
             problems.append(f"gold: infra error: {g.infra_error}")
         elif g.correct != 1.0:
             failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
-            problems.append(f"gold patch does not pass: {g.apply_error or g.tampering or failing}")
+            problems.append(
+                f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
+            )
     for _ in range(repeats):
         g = grade_patch(task, "", sandbox_config)
         empty_rewards.append(g.reward)
@@ -395,6 +428,21 @@ def validate_task(
         canaries=len(kept),
         canaries_tried=tried,
     )
+
+
+def not_collected(grade: Grade, task: Task) -> str:
+    """`; not collected: FILE: ERROR`, for the hidden files pytest could not import, with a hint where a
+    module was not found in a repository whose code is under `src/` (only the root is on sys.path)."""
+    if not grade.collect_errors:
+        return ""
+    text = "; ".join(f"{path}: {error}" for path, error in grade.collect_errors.items())
+    missing = any("ModuleNotFoundError" in e for e in grade.collect_errors.values())
+    hint = (
+        " (a src/ layout? only the repository root is on sys.path)"
+        if missing and (task.repo / "src").is_dir()
+        else ""
+    )
+    return f"; not collected: {text}{hint}"
 
 
 def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:

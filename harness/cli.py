@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -497,6 +498,8 @@ def print_grade(grade: Grade) -> None:
         console.print(f"[red]tampering[/]: {finding}")
     for finding in grade.suspicion:
         console.print(f"[yellow]suspicious[/]: {finding}")
+    for path, error in grade.collect_errors.items():
+        console.print(f"[red]not collected[/]: {escape(path)}: {escape(error)}")
     table = Table("test", "kind", "outcome")
     for kind, outcomes in (("FAIL_TO_PASS", grade.fail_to_pass), ("PASS_TO_PASS", grade.pass_to_pass)):
         for name, outcome in outcomes.items():

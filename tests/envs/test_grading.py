@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import collect_patch, grade_patch
+from envs.grading import collect_patch, grade_patch, validate_task
 from envs.sandbox import SandboxConfig
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
@@ -289,3 +289,18 @@ def test_a_unittest_testcase_imported_by_name_grades_clean_on_both_backends(
     graded = grade_patch(plain, forged, SandboxConfig(backend=backend))  # type: ignore[arg-type]
     assert any("_UnitTestCase__pytest_class_setup" in t for t in graded.tampering), graded.tampering
     assert graded.correct == 0.0
+
+
+def test_a_hidden_file_that_cannot_be_collected_says_why(backend: str, tmp_path: Path) -> None:
+    """Its tests are not just `error`: the grade names the file and pytest's error, and validation adds
+    the src/ hint where a module was not found in a repository with a src/ folder."""
+    task = unittest_task(tmp_path, UNITTEST_TEST.replace("from pkg.calc import add", "from calc import add"))
+    (task.repo / "src").mkdir()
+    (task.repo / "src" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    grade = grade_patch(task, ADD_FIX, config)
+    assert grade.correct == 0.0 and grade.tampering == []
+    assert grade.collect_errors == {"tests/test_add.py": "ModuleNotFoundError: No module named 'calc'"}
+    (problem,) = validate_task(task.model_copy(update={"gold_patch": ADD_FIX}), config, repeats=1).problems
+    assert "not collected: tests/test_add.py: ModuleNotFoundError: No module named 'calc'" in problem
+    assert "a src/ layout?" in problem

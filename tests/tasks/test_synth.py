@@ -30,6 +30,7 @@ from tasks.synth import (
     fetch_sdist,
     load_synth_info,
     problem_statement,
+    run_baseline,
 )
 from tests.conftest import require_backend
 
@@ -418,3 +419,23 @@ def test_ten_valid_tasks_from_a_real_library(
         spec = yaml.safe_load((task_dir / "task.yaml").read_text())
         assert spec["repo"] == name and len(spec["bug"]) == 1
     shutil.rmtree(out)
+
+
+def test_a_src_layout_that_does_not_import_says_why(tmp_path: Path) -> None:
+    """The collection error's text reaches the message (it read `(no message)`), with the src/ hint."""
+    require_backend("bwrap")
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / "src" / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests").mkdir()
+    (repo / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(1, 2) == 3\n"
+    )
+    runner = SandboxPytest(lambda: start_sandbox(SandboxConfig(backend="bwrap"), repo))
+    try:
+        with pytest.raises(SynthError) as raised:
+            run_baseline(runner, ["tests/test_calc.py"], ["src/calc.py"], timeout=60)
+    finally:
+        runner.close()
+    assert "tests/test_calc.py: ModuleNotFoundError: No module named 'calc'" in str(raised.value)
+    assert "a src/ layout?" in str(raised.value)
