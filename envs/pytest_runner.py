@@ -51,7 +51,7 @@ class Recorder(grade_runner.Recorder):
 
     def pytest_collectreport(self, report: Any) -> None:
         if report.failed:
-            self.collect_failures[report.nodeid] = _crash(report) or _last_error_line(report)
+            self.collect_failures[report.nodeid] = grade_runner.collect_message(report)
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item: Any, nextitem: Any) -> Iterator[None]:
@@ -90,13 +90,6 @@ def _crash(report: Any) -> str:
     """The exception a report ends with (`AssertionError: assert 2 == 3`), without its traceback."""
     crash = getattr(report.longrepr, "reprcrash", None)
     return crash.message if crash is not None else ""
-
-
-def _last_error_line(report: Any) -> str:
-    """A collection error without a crash line: the last `E` line of its text (or its last line)."""
-    lines = str(report.longrepr).strip().splitlines()
-    errors = [line[1:].strip() for line in lines if line.startswith("E ")]
-    return (errors or lines or [""])[-1]
 
 
 def main() -> None:
