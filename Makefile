@@ -31,8 +31,13 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The tests on WORKERS pytest-xdist processes, a file whole on one (the longest first: tests/conftest.py),
+# then the `serial` ones alone; both parts run even when the first fails.
+WORKERS ?= 2
 test: setup image lint
-	$(BIN)/pytest -q --durations=15
+	$(BIN)/pytest -q --durations=15 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"; \
+	  parallel=$$?; $(BIN)/pytest -q --durations=5 -m serial; serial=$$?; \
+	  [ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 # Every benchmark runs even when an earlier one misses a target; the target fails if any does.
 bench: setup image

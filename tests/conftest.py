@@ -5,6 +5,7 @@ In CI (CI=true) a missing backend is a failure, not a skip: the suite must prove
 
 from __future__ import annotations
 
+import fcntl
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,12 +33,53 @@ makes it (about 30 s and 4 minutes on 2 idle cores, 7 minutes and more on a load
 timeout counts a fixture's setup."""
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that asks for a training run gets that run's timeout, unless it sets its own."""
+SERIAL = ("tests/faults/test_hostile_scale.py", "tests/faults/test_daemon.py", "tests/envs/test_cleanup.py")
+"""Files marked `serial`, which `make test` runs alone after the others: they measure the whole host (a
+fleet's latency, memory and processes), restart the Docker daemon every sandbox uses, or count every
+sandbox's containers and control groups."""
+LONG_FIRST = (
+    "tests/harness/test_train_demo.py",
+    "tests/faults/test_crashes.py",
+    "tests/harness/test_cli_tasks.py",
+    "tests/tasks/test_synth.py",
+    "tests/faults/test_forgers.py",
+    "tests/harness/test_train_distributed.py",
+)
+"""The longest files (minutes each), collected first: pytest-xdist hands out files in collection order
+(`--no-loadscope-reorder`), so that the run does not end on one worker busy with one of them."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test that asks for a training run gets that run's timeout, unless it sets its own. The files of
+    `SERIAL` are marked so, and those of `LONG_FIRST` come first, in that order."""
+    root = config.rootpath
     for item in items:
         needs = [s for f, s in TRAINING_RUNS.items() if f in getattr(item, "fixturenames", ())]
         if needs and item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(max(needs)))
+        if item.path.relative_to(root).as_posix() in SERIAL:
+            item.add_marker(pytest.mark.serial)
+
+    def rank(item: pytest.Item) -> int:
+        name = item.path.relative_to(root).as_posix()
+        return LONG_FIRST.index(name) if name in LONG_FIRST else len(LONG_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file and among the others is pytest's
+
+
+def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callable[[Path], object]) -> Path:
+    """`make(folder)` run once for the whole test run, even under pytest-xdist, where every worker is a
+    session of its own: the first worker to ask makes it in the run's shared temporary folder, under a
+    file lock, and the others wait for it and reuse it. Returns the folder."""
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    folder, done = shared / name, shared / f"{name}.done"
+    with (shared / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            make(folder)
+            done.touch()
+    return folder
 
 
 def backend_missing(name: str) -> str | None:
@@ -107,7 +149,7 @@ def tiny_model_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny random Qwen2 model and a locally trained tokenizer (`build_tiny_model`, seed 0)."""
     from policies.tiny import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+    return made_once(tmp_path_factory, "tiny-model", build_tiny_model)
 
 
 @pytest.fixture(scope="session")
@@ -127,18 +169,20 @@ def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_p
     from harness.train import TrainConfig, train
 
     require_backend("bwrap")
-    out = tmp_path_factory.mktemp("scripted-train") / "run"
-    config = TrainConfig.model_validate(
-        {
-            "model": str(tiny_model_path), "script": "gold-or-decoy", "suite": "demo", "out": str(out),
-            "steps": 3, "tasks_per_step": 3, "group_size": 4, "concurrency": 2, "seed": 0,
-            "checkpoint_every": 3, "sandbox": {"backend": "bwrap"}, "learner": {"lr": 1e-4},
-            "summary": {"trigger_tokens": 64, "max_summary_tokens": 32},
-            "sampling": {"max_new_tokens": 128, "temperature": 1.0},
-        }
-    )  # fmt: skip
-    train(config)
-    return out
+
+    def make(out: Path) -> None:
+        config = TrainConfig.model_validate(
+            {
+                "model": str(tiny_model_path), "script": "gold-or-decoy", "suite": "demo", "out": str(out),
+                "steps": 3, "tasks_per_step": 3, "group_size": 4, "concurrency": 2, "seed": 0,
+                "checkpoint_every": 3, "sandbox": {"backend": "bwrap"}, "learner": {"lr": 1e-4},
+                "summary": {"trigger_tokens": 64, "max_summary_tokens": 32},
+                "sampling": {"max_new_tokens": 128, "temperature": 1.0},
+            }
+        )  # fmt: skip
+        train(config)
+
+    return made_once(tmp_path_factory, "scripted-train", make)
 
 
 SHORT_DEMO = {"grpo_steps": 4, "group_size": 4, "tasks_per_step": 4, "eval_samples": 4}

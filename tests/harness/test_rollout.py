@@ -70,7 +70,7 @@ def test_kill_9_mid_run_loses_and_repeats_nothing(tmp_path: Path) -> None:
     ]  # fmt: skip
     proc = subprocess.Popen([*HARNESS, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_file = out / "trajectories.jsonl"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (not run_file.exists() or run_file.read_text().count("\n") < 3):
         time.sleep(0.05)
     proc.kill()
@@ -98,7 +98,7 @@ def test_ctrl_c_stops_cleanly_with_finished_work_saved(tmp_path: Path) -> None:
     ]  # fmt: skip
     proc = subprocess.Popen([*HARNESS, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_file = out / "trajectories.jsonl"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + 180
     while time.monotonic() < deadline and (not run_file.exists() or run_file.read_text().count("\n") < 2):
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)

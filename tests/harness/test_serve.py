@@ -349,7 +349,7 @@ def test_python_m_harness_serve_serves(model_path: Path) -> None:
     )
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 180
         while True:
             try:
                 if httpx.get(f"{base}/health").status_code == 200:
