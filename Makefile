@@ -18,8 +18,9 @@ $(BIN)/harness: pyproject.toml
 setup: $(BIN)/harness
 	$(BIN)/harness env build --quiet >/dev/null
 
-# The sandbox image, built on an offline base made by debootstrap when no registry is reachable.
-image: setup
+# The sandbox image, built on an offline base made by debootstrap when no registry is reachable. It needs
+# nothing of .venv, so `make -j2` builds it while pip installs.
+image:
 	@if docker info >/dev/null 2>&1; then \
 	  docker image inspect $(IMAGE) >/dev/null 2>&1 || { \
 	    bash .ci/build-base-image.sh $(BASE_IMAGE) && \

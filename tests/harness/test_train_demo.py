@@ -11,13 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import pytest
-
 from harness.store import RunStore
 from harness.train_demo import DemoResult
-
-# The first test to ask for `demo_run` builds it (about 3 minutes a seed on 2 idle cores).
-pytestmark = pytest.mark.timeout(1200)
 
 FIRST_LAST = 2
 """Steps averaged at each end of the run."""

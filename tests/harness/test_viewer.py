@@ -460,7 +460,6 @@ def background(element: WebElement) -> str:
     return str(element.value_of_css_property("background-color"))
 
 
-@pytest.mark.timeout(1800)
 def test_the_viewer_in_headless_chromium(
     scripted_training_run: Path, browser: WebDriver, tmp_path: Path
 ) -> None:
@@ -561,7 +560,6 @@ def test_the_viewer_in_headless_chromium(
         save_screenshot(browser, tmp_path, "viewer-plots.png")
 
 
-@pytest.mark.timeout(1800)
 def test_a_training_run_s_learner_logprobs_line_up_with_the_sampler_s(
     scripted_training_run: Path,
 ) -> None:
