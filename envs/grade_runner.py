@@ -522,18 +522,27 @@ class Scratch:
     """The folders a child can write, as they were before the first child: put back after each one, so
     that no child leaves anything for a later one (a forger that compares the files it saw could tell a
     canary from the real copy). Entries a child added are removed, changed ones rewritten, removed ones
-    made again; a changed file too large to have been kept is removed."""
+    made again; a changed file too large to have been kept is removed.
+
+    A mount point under a root (another file system: the read-only binds that give a bubblewrap sandbox
+    the harness's Python when it lives under /tmp) is neither read nor put back: nothing in the sandbox can
+    make, remove or write one, and reading a bound virtual environment cost every grade gigabytes."""
 
     def __init__(self, roots: list[str]) -> None:
         self.roots = [os.path.realpath(r) for r in roots if os.path.isdir(r) and not os.path.islink(r)]
         self.entries: dict[str, tuple[tuple[int, ...], bytes | None]] = {}
         """path -> (its lstat key, its content for a file or its target for a link)"""
         self.children: dict[str, list[str]] = {}
+        self.mounts: set[str] = set()
+        """Mount points under the roots, left as they are."""
         for root in self.roots:
-            self._scan(root)
+            self._scan(root, os.lstat(root).st_dev)
 
-    def _scan(self, path: str) -> None:
+    def _scan(self, path: str, device: int) -> None:
         st = os.lstat(path)
+        if st.st_dev != device:
+            self.mounts.add(path)
+            return
         payload = None
         if stat.S_ISLNK(st.st_mode):
             payload = os.fsencode(os.readlink(path))
@@ -551,7 +560,7 @@ class Scratch:
                 names = []
             self.children[path] = names
             for name in names:
-                self._scan(os.path.join(path, name))
+                self._scan(os.path.join(path, name), device)
 
     def restore(self) -> None:
         for root in self.roots:
@@ -566,6 +575,8 @@ class Scratch:
             names = []
         for name in names:
             path = os.path.join(folder, name)
+            if path in self.mounts:
+                continue
             try:
                 st = os.lstat(path)
             except OSError:
@@ -580,12 +591,14 @@ class Scratch:
                 self._recreate(path)
         for name in self.children.get(folder, []):
             path = os.path.join(folder, name)
-            if not os.path.lexists(path):
+            if path not in self.mounts and not os.path.lexists(path):
                 self._recreate(path)
         _chmod(folder, key[0])
         self._rekey(folder)
 
     def _recreate(self, path: str) -> None:
+        if path in self.mounts:
+            return
         key, payload = self.entries[path]
         mode = key[0]
         try:

@@ -4,7 +4,9 @@ install, as real repositories have them. Run on the host, as the sandbox runs it
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 import sysconfig
 import types
 import venv
@@ -14,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from envs.grading import DONE, GRADER_INI, RUNNER
+from tests.conftest import IN_CI
+
+ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN = """
 import _pytest.fixtures
@@ -183,3 +188,55 @@ def test_the_fingerprint_names_each_kind_of_change_and_nothing_once_undone() -> 
         finally:
             undo()
         assert fingerprint.changes() == [], finding
+
+
+SCRATCH_CHILD = """
+import json, os, sys
+from envs.grade_runner import Scratch
+
+scratch, bound = sys.argv[1], os.path.join(sys.argv[1], "env", "lib")
+root = Scratch([scratch])
+under_mount = sorted(p for p in root.entries if p.startswith(bound + "/"))
+with open(os.path.join(scratch, "left.txt"), "w") as f:  # what a child leaves behind
+    f.write("forged")
+with open(os.path.join(scratch, "kept.txt"), "w") as f:
+    f.write("changed")
+root.restore()
+print(json.dumps({
+    "mounts": sorted(root.mounts), "read under the mount": under_mount,
+    "left": os.path.exists(os.path.join(scratch, "left.txt")),
+    "kept": open(os.path.join(scratch, "kept.txt")).read(),
+    "bound": open(os.path.join(bound, "module.py")).read(),
+}))
+"""
+
+
+def test_scratch_folders_leave_a_bound_environment_unread_and_in_place(tmp_path: Path) -> None:
+    """A bubblewrap sandbox binds the harness's Python read-only where it lives; under /tmp (a checkout
+    there) that is inside a scratch folder the runner keeps and puts back after every child. It read the
+    whole bound environment (1.1 GB and seconds of CPU a grade, with torch in it); a mount point is now
+    left as it is, while what a child writes beside it is still put back."""
+    if os.geteuid() != 0:
+        if IN_CI:
+            pytest.fail("making a mount namespace needs root; CI runs as root")
+        pytest.skip("making a mount namespace needs root")
+    scratch, environment = tmp_path / "scratch", tmp_path / "environment"
+    (environment / "pkg").mkdir(parents=True)
+    (environment / "module.py").write_text("VALUE = 1\n")
+    (environment / "pkg" / "__init__.py").write_text("")
+    scratch.mkdir()
+    mount = (
+        f"mount -t tmpfs -o size=1m none {scratch} && mkdir -p {scratch}/env/lib && echo kept > {scratch}/kept.txt"
+        f' && mount --bind -o ro {environment} {scratch}/env/lib && exec "$@"'
+    )
+    command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount, "sh"]
+    command += [sys.executable, "-c", SCRATCH_CHILD, str(scratch)]
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)}
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "mounts": [f"{scratch}/env/lib"], "read under the mount": [], "left": False, "kept": "kept\n",
+        "bound": "VALUE = 1\n",
+    }  # fmt: skip
