@@ -135,10 +135,14 @@ def test_the_process_limit_holds_where_no_cgroup_can_be_made(tmp_path: Path, sam
     script.write_text(START_AND_BOMB)
     hide_cgroups = 'mount -t tmpfs -o ro,size=4k none /sys/fs/cgroup && exec "$@"'
     command = ["unshare", "--mount", "--propagation", "private", "sh", "-c", hide_cgroups, "sh"]
-    command += [sys.executable, str(script), str(sample_repo), str(tmp_path / "state"), FORKS]
+    state = Path(tempfile.mkdtemp(prefix="hu-", dir="/tmp"))  # a socket path has at most 107 bytes
+    command += [sys.executable, str(script), str(sample_repo), str(state), FORKS]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
 
-    done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=120, env=env, cwd=ROOT)
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
 
     assert done.returncode == 0, done.stderr[-3000:]
     seen = json.loads(done.stdout.strip().splitlines()[-1])
