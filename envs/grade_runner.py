@@ -591,7 +591,7 @@ class Scratch:
                 self._recreate(path)
         for name in self.children.get(folder, []):
             path = os.path.join(folder, name)
-            if path not in self.mounts and not os.path.lexists(path):
+            if not os.path.lexists(path):
                 self._recreate(path)
         _chmod(folder, key[0])
         self._rekey(folder)
