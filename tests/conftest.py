@@ -17,6 +17,7 @@ from envs.bwrap import bwrap_path, start_bwrap
 from envs.docker import daemon_answers, start_docker
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
+from tasks.suite import load_suite
 
 if TYPE_CHECKING:
     from harness.train_demo import DemoResult
@@ -41,7 +42,8 @@ a fixture's setup."""
 SERIAL = ("tests/faults/test_hostile_scale.py", "tests/faults/test_daemon.py", "tests/envs/test_cleanup.py")
 """Files marked `serial`, which `make test` runs alone after the others: they measure the whole host (a
 fleet's latency, memory and processes), restart the Docker daemon every sandbox uses, or count every
-sandbox's containers and control groups."""
+sandbox's containers and control groups. A test in another file that measures the whole host carries
+the `serial` mark itself (tests/envs/test_limits.py's bombs)."""
 LONG_FIRST = (
     "tests/harness/test_train_demo.py",
     "tests/faults/test_crashes.py",
@@ -52,6 +54,25 @@ LONG_FIRST = (
 )
 """The longest files (minutes each), collected first: pytest-xdist hands out files in collection order
 (`--no-loadscope-reorder`), so that the run does not end on one worker busy with one of them."""
+
+
+WHOLE_SUITE_BACKEND = "bwrap"
+"""The backend on which tests that run every built-in task (validation, scripted gold) run all 24; on
+the other they run one task a repository (`builtin_sample`). Both backends run the same pytest on the
+same files (`harness env build` takes the sandbox image's), so a task that holds on one and not on the
+other would be a sandbox fault, which one task a repository shows as well; each backend's run of all 24
+took CI about 40 s."""
+
+
+def builtin_sample(backend: str) -> list[str] | None:
+    """The built-in task ids a whole-suite test runs on `backend`: None (all of them) on
+    `WHOLE_SUITE_BACKEND`, else the first task of each repository."""
+    if backend == WHOLE_SUITE_BACKEND:
+        return None
+    first: dict[str, str] = {}
+    for task in sorted(load_suite("builtin"), key=lambda t: t.id):
+        first.setdefault(task.repo_name, task.id)
+    return sorted(first.values())
 
 
 TIMEOUT_SCALE = 3
