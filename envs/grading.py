@@ -45,6 +45,7 @@ from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
 from envs.run_plan import RunPlan, plan_run, verdict
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
+from envs.start_tree import run_setup, start_tree
 from envs.suspicion import suspicions
 from tasks.canaries import KEPT, TRIALS, Canary, save_canaries, spread, task_candidates
 from tasks.model import Task, Verifier
@@ -95,13 +96,15 @@ class Grade(BaseModel):
     or `missing` (a module not found, a syntax error). Told by the code under test: shown, never scored."""
 
 
-def collect_patch(sandbox: Sandbox, task: Task) -> str:
-    """The agent's changes as a git-format patch against the pristine base."""
+def collect_patch(sandbox: Sandbox, task: Task, config: SandboxConfig) -> str:
+    """The agent's changes as a git-format patch against the task's start tree (`envs/start_tree.py`:
+    its repository after its setup commands, in sandboxes of `config`)."""
+    base = start_tree(task, config)
     with tempfile.TemporaryDirectory(prefix="harness-collect-") as tmp:
         new = Path(tmp) / "repo"
         sandbox.copy_out(WORKDIR, new)
         drop_git_entries(new)
-        return diff_trees(task.repo, new)
+        return diff_trees(base, new)
 
 
 def drop_git_entries(tree: Path) -> None:
@@ -151,11 +154,15 @@ def grade_patch(
         simplicity=None,
         duration_s=0.0,
     )
+    try:
+        base = start_tree(task, sandbox_config)
+    except SandboxError as e:
+        return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     with tempfile.TemporaryDirectory(prefix="harness-judge-") as tmp:
-        error = apply_patch(task.repo, patch, Path(tmp) / "repo")
+        error = apply_patch(base, patch, Path(tmp) / "repo")
         if error is not None:
             return empty.model_copy(update={"apply_error": error, "duration_s": time.monotonic() - started})
-        judged = judge_tree(task.repo, Path(tmp) / "repo", set(task.hidden_tests.files))
+        judged = judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
     empty = empty.model_copy(
         update={
             "dropped_paths": sorted(judged.dropped),
@@ -196,10 +203,7 @@ def _grade_in(
     trial: list[Canary] | None,
 ) -> Grade:
     timeout = task.limits.grade_timeout_s
-    for command in task.setup_commands:
-        result = sandbox.run(command, timeout=timeout)
-        if result.exit_code != 0:
-            raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+    run_setup(sandbox, task, timeout)  # /repo is now the start tree the patch was judged against
     grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
     _write_kept(sandbox, judged)
     verifier = task.hidden_tests.verifier
@@ -384,10 +388,12 @@ class Validation(BaseModel):
 
 
 def validate_task(
-    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, keep: bool = True
+    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, keep: bool = True, episode: bool = True
 ) -> Validation:
-    """Grades the gold patch and the empty patch `repeats` times each; any deviation is a problem. Then
-    tries canaries on the gold patch and, with `keep`, stores those that fail there in the task's folder."""
+    """Grades the gold patch and the empty patch `repeats` times each, and the gold patch once more as an
+    episode plays it (`gold_episode_problems`); any deviation is a problem. Then tries canaries on the
+    gold patch and, with `keep`, stores those that fail there in the task's folder. `episode=False` leaves
+    the episode out (synthesis: its tasks have no setup commands, and the gold patch only reverts a bug)."""
     problems: list[str] = []
     gold_rewards: list[float] = []
     empty_rewards: list[float] = []
@@ -403,6 +409,8 @@ def validate_task(
             problems.append(
                 f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
             )
+    if episode and task.gold_patch and not problems:
+        problems += gold_episode_problems(task, sandbox_config)
     for _ in range(repeats):
         g = grade_patch(task, "", sandbox_config)
         empty_rewards.append(g.reward)
@@ -428,6 +436,36 @@ def validate_task(
         canaries=len(kept),
         canaries_tried=tried,
     )
+
+
+def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
+    """The gold patch played as an agent plays it: a sandbox started as an episode's (setup commands
+    run), the fixed files written into /repo, the agent's diff collected from it and graded. A task whose
+    right fix scores below 1 this way (setup output in the diff, files a sandbox cannot hold) is one no
+    agent can solve, though its gold patch grades 1 when applied directly."""
+    base = start_tree(task, sandbox_config)
+    with tempfile.TemporaryDirectory(prefix="harness-gold-") as tmp:
+        if apply_patch(base, task.gold_patch or "", Path(tmp) / "repo") is not None:
+            return []  # the direct grade says why
+        fixed = judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
+    try:
+        sandbox = start_sandbox(sandbox_config, task.repo, task.image, task.image_build)
+        try:
+            run_setup(sandbox, task)
+            _write_kept(sandbox, fixed)
+            patch = collect_patch(sandbox, task, sandbox_config)
+        finally:
+            sandbox.close()
+    except SandboxError as e:
+        return [f"gold episode: infra error: {e}"]
+    g = grade_patch(task, patch, sandbox_config)
+    if g.infra_error:
+        return [f"gold episode: infra error: {g.infra_error}"]
+    if g.correct != 1.0:
+        failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
+        why = g.apply_error or g.tampering or failing or f"dropped {g.dropped_paths}"
+        return [f"the gold patch played through an episode does not pass: {why}{not_collected(g, task)}"]
+    return []
 
 
 def not_collected(grade: Grade, task: Task) -> str:

@@ -24,6 +24,7 @@ from envs.grading import Grade, collect_patch, grade_patch
 from envs.replacing import ReplacingSandbox
 from envs.reward import RewardConfig
 from envs.sandbox import Sandbox, SandboxConfig, SandboxError
+from envs.start_tree import run_setup
 from tasks.model import Task
 
 MAX_TEXT = 200_000
@@ -95,10 +96,7 @@ class CodingEnv(gym.Env[str, str]):
         self.sandbox = ReplacingSandbox(
             lambda: start_sandbox(config, task.repo, task.image, task.image_build)
         )
-        for command in task.setup_commands:
-            result = self.sandbox.run(command)
-            if result.exit_code != 0:
-                raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+        run_setup(self.sandbox, task)
         self.task, self.turns, self.started, self.done = task, 0, time.monotonic(), False
         self.tools = self.make_tools(task)
         return task.prompt(), {"task_id": task.id, "tools": self.tools.schemas()}
@@ -136,7 +134,7 @@ class CodingEnv(gym.Env[str, str]):
     def _grade(self) -> Grade:
         assert self.task is not None and self.sandbox is not None
         try:
-            patch = collect_patch(self.sandbox, self.task)
+            patch = collect_patch(self.sandbox, self.task, self.sandbox_config)
         except SandboxError as e:
             return Grade(
                 task_id=self.task.id,

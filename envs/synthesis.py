@@ -103,7 +103,9 @@ def validator(sandbox_config: SandboxConfig, concurrency: int) -> Check:
     def check(task_dirs: list[Path]) -> dict[str, list[str]]:
         tasks = [load_task(d, d.parent) for d in task_dirs]
         with ThreadPoolExecutor(max(1, concurrency)) as pool:
-            results: list[Validation] = list(pool.map(lambda t: validate_task(t, sandbox_config, 1), tasks))
+            results: list[Validation] = list(
+                pool.map(lambda t: validate_task(t, sandbox_config, 1, episode=False), tasks)
+            )
         for result in results:
             infra = [p for p in result.problems if "infra error" in p]
             if infra:  # the harness's trouble, not the task's: stop rather than drop good tasks

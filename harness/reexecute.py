@@ -182,7 +182,7 @@ def reexecute(t: Trajectory, task: Task, setup: RunSetup, backend: str | None = 
                 number += 1
                 text, is_error = replay_turn(turn, toolbox, sandbox)
                 checks.append(check_turn(number, segment.index, turn, text, is_error))
-        patch = collect_patch(sandbox, task)
+        patch = collect_patch(sandbox, task, sandbox_config)
     finally:
         pool.close_all()
     grade = grade_patch(task, patch, sandbox_config, setup.reward)

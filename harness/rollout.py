@@ -25,6 +25,7 @@ from envs.lifecycle import closing, current_owner
 from envs.replacing import ReplacingSandbox
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
+from envs.start_tree import run_setup
 from harness.loop import LoopConfig, Stopped, run_episode
 from harness.store import RunStore
 from harness.trajectory import Timings, Trajectory
@@ -127,10 +128,7 @@ class SandboxPool:
             sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image, task.image_build))
         with self.lock:
             self.busy.add(sandbox)
-        for command in task.setup_commands:
-            result = sandbox.run(command)
-            if result.exit_code != 0:
-                raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
+        run_setup(sandbox, task)
         return sandbox
 
     def release(self, task: Task, sandbox: ReplacingSandbox) -> None:
@@ -187,7 +185,7 @@ def run_one(
         episode = run_episode(
             task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
         )
-        patch = collect_patch(sandbox, task)
+        patch = collect_patch(sandbox, task, pool.config)
     except Stopped:
         raise
     except SandboxError as e:

@@ -219,9 +219,9 @@ def test_collect_patch_sees_only_the_agents_changes(
     builtin_task: Task, make_sandbox: Callable[..., object]
 ) -> None:
     sandbox = make_sandbox(builtin_task.repo)
-    assert collect_patch(sandbox, builtin_task) == ""  # type: ignore[arg-type]
+    assert collect_patch(sandbox, builtin_task, sandbox.config) == ""  # type: ignore[arg-type]
     sandbox.write_file("NEW.txt", b"hello\n")  # type: ignore[attr-defined]
-    patch = collect_patch(sandbox, builtin_task)  # type: ignore[arg-type]
+    patch = collect_patch(sandbox, builtin_task, sandbox.config)  # type: ignore[arg-type]
     assert "b/NEW.txt" in patch and "+hello" in patch
 
 

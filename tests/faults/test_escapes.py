@@ -588,8 +588,8 @@ def test_planted_hooks_fsmonitor_filters_and_symlinks_do_nothing_on_the_host(
     sandbox = start(backend, task.repo, pids_limit=64)
     assert run_ok(sandbox, ["bash", "-c", plant(tmp_path, host_canary, host_repo)]).endswith("planted\n")
 
-    patch = collect_patch(sandbox, task)  # host-side: tar out of the sandbox, git on a copy
     config = SandboxConfig(backend=backend, state_dir=state_dir)  # type: ignore[arg-type]
+    patch = collect_patch(sandbox, task, config)  # host-side: tar out of the sandbox, git on a copy
     grade = grade_patch(task, patch, config)  # the grader applies it in a fresh sandbox
     fresh = iter([sandbox])
     salvaged = ReplacingSandbox(lambda: next(fresh, None) or start(backend, task.repo))  # carries /repo over
@@ -655,8 +655,8 @@ def test_a_fake_submit_or_grade_in_the_output_changes_nothing(
         SummaryConfig(),
         seed=0,
     )
-    patch = collect_patch(sandbox, task)
     config = SandboxConfig(backend=backend, state_dir=state_dir)  # type: ignore[arg-type]
+    patch = collect_patch(sandbox, task, config)
     grade = grade_patch(task, patch, config)
 
     turns = [t for s in episode.segments for t in s.turns]
