@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/sandbox.py [--quick] [--json PATH]
 
-Every sandbox starts from the same generated repository of 1,000 small files. Backends alternate
-within each measurement, so background load on the host weighs on both alike. The issue's targets
-are printed as PASS / FAIL next to the numbers, and the exit status is 1 when one fails.
+Every sandbox starts from the same generated repository of 1,000 small files; resets are measured on one
+of 10,000 files too (a real repository's size). Backends alternate within each measurement, so background
+load on the host weighs on both alike. The issues' targets are printed as PASS / FAIL next to the numbers,
+and the exit status is 1 when one fails.
 """
 
 from __future__ import annotations
@@ -42,9 +43,13 @@ from envs.sandbox import SandboxConfig, SandboxError
 Backend = Literal["docker", "bwrap"]
 BACKENDS: tuple[Backend, ...] = ("docker", "bwrap")
 REPO_FILES = 1000
+LARGE_REPO_FILES = 10_000
+"""A real repository's size (5,000-50,000 files): resets are measured on it too."""
 CONCURRENT = 32
 STEP_TARGET_MS = 5.0
 RESET_TARGET_MS: dict[Backend, float] = {"docker": 500.0, "bwrap": 100.0}
+LARGE_RESET_TARGET_MS: dict[Backend, float] = {"docker": 150.0, "bwrap": 100.0}
+"""Issue 16: a reset puts back only what changed, so 10,000 files cost little more than 1,000."""
 FINGERPRINT = "find . -type f -print0 | sort -z | xargs -0 cksum | cksum"
 """One checksum of every file's path and content: what a reset must give back."""
 WORK = ["python3", "-c", "print(sum(i * i for i in range(100000)))"]
@@ -92,6 +97,9 @@ class BackendResult:
     reset: Stat
     reset_mismatches: int
     """Resets after which the repository differed from its start state."""
+    large_reset: Stat
+    """Resets of the repository of LARGE_REPO_FILES files."""
+    large_reset_mismatches: int
     step: Stat
     """`true` through our executor."""
 
@@ -134,11 +142,11 @@ class Results:
 # ---- the repository --------------------------------------------------------------------------------
 
 
-def make_repo(root: Path) -> int:
-    """Writes REPO_FILES small Python files, five per folder three levels deep; returns the bytes."""
+def make_repo(root: Path, files: int = REPO_FILES) -> int:
+    """Writes `files` small Python files in 8 x 5 x 5 folders three levels deep; returns the bytes."""
     rng = random.Random(0)
     total = 0
-    for i in range(REPO_FILES):
+    for i in range(files):
         folder = root / f"pkg{i % 8}" / f"sub{i // 8 % 5}" / f"leaf{i // 40 % 5}"
         folder.mkdir(parents=True, exist_ok=True)
         body = "".join(
@@ -209,6 +217,20 @@ def measure_resets(
                 times, mismatches = out[backend]
                 out[backend] = ([*times, reset_s], mismatches + (not restored))
     return out
+
+
+def measure_large_resets(n: int) -> dict[Backend, tuple[list[float], int]]:
+    """`measure_resets` on a repository of LARGE_REPO_FILES files, in sandboxes of its own."""
+    with tempfile.TemporaryDirectory(prefix="bench-large-repo-") as tmp:
+        repo = Path(tmp)
+        make_repo(repo, LARGE_REPO_FILES)
+        console.print(f"[dim]{n}+1 resets per backend of {LARGE_REPO_FILES:,} files")
+        sandboxes = {b: start(b, repo) for b in BACKENDS}
+        try:
+            return measure_resets(sandboxes, repo, n)
+        finally:
+            for sandbox in sandboxes.values():
+                sandbox.close()
 
 
 def measure_steps(sandboxes: dict[Backend, ExecutorSandbox], n: int) -> dict[str, list[float]]:
@@ -316,15 +338,18 @@ def check_targets(backends: dict[Backend, BackendResult], conc: ConcurrencyResul
             )
         )
     for backend, r in backends.items():
-        limit = RESET_TARGET_MS[backend]
-        targets.append(
-            Target(
-                f"reset p50 ({backend}), repository restored",
-                f"{_ms(r.reset.p50_ms)} ms, {r.reset_mismatches} unrestored",
-                f"≤ {limit:g} ms, 0 unrestored",
-                r.reset.p50_ms <= limit and r.reset_mismatches == 0,
+        for files, stat, mismatches, limit in (
+            (REPO_FILES, r.reset, r.reset_mismatches, RESET_TARGET_MS[backend]),
+            (LARGE_REPO_FILES, r.large_reset, r.large_reset_mismatches, LARGE_RESET_TARGET_MS[backend]),
+        ):
+            targets.append(
+                Target(
+                    f"reset p50 ({backend}, {files:,} files), repository restored",
+                    f"{_ms(stat.p50_ms)} ms, {mismatches} unrestored",
+                    f"≤ {limit:g} ms, 0 unrestored",
+                    stat.p50_ms <= limit and mismatches == 0,
+                )
             )
-        )
     targets.append(
         Target(
             f"{CONCURRENT} docker sandboxes at once",
@@ -348,6 +373,12 @@ def print_report(res: Results) -> None:
     table.add_row("start", docker.start.cell(), bwrap.start.cell(), str(docker.start.n))
     table.add_row("close", docker.close.cell(), bwrap.close.cell(), str(docker.close.n))
     table.add_row("reset after edits", docker.reset.cell(), bwrap.reset.cell(), str(docker.reset.n))
+    table.add_row(
+        f"reset after edits, {LARGE_REPO_FILES:,} files",
+        docker.large_reset.cell(),
+        bwrap.large_reset.cell(),
+        str(docker.large_reset.n),
+    )
     table.add_row("step `true`, our executor", docker.step.cell(), bwrap.step.cell(), str(docker.step.n))
     for label, stat in (("SDK exec_run", res.docker_exec_sdk), ("`docker exec` CLI", res.docker_exec_cli)):
         ratio = stat.p50_ms / docker.step.p50_ms
@@ -406,6 +437,7 @@ def main() -> int:
         finally:
             for sandbox in sandboxes.values():
                 sandbox.close()
+        large_resets = measure_large_resets(plan.resets)
         console.print(f"[dim]{CONCURRENT} docker sandboxes at once, {plan.rounds} rounds of commands")
         conc = measure_concurrency(repo, plan.rounds, owner.run_id)
 
@@ -415,6 +447,8 @@ def main() -> int:
             close=Stat.of(starts[b][1]),
             reset=Stat.of(resets[b][0]),
             reset_mismatches=resets[b][1],
+            large_reset=Stat.of(large_resets[b][0]),
+            large_reset_mismatches=large_resets[b][1],
             step=Stat.of(steps[b]),
         )
         for b in BACKENDS

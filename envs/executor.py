@@ -168,6 +168,8 @@ class Executor:
         self.pristine = pristine
         self.shell = shell
         self.env = env
+        self.marks: dict[str, Mark] | None = None
+        """Each entry of the workdir as the last populate left it equal to the pristine copy."""
 
     # ---- exec ---------------------------------------------------------------------------------
     def run(self, req: dict) -> dict:
@@ -331,9 +333,22 @@ class Executor:
 
     # ---- reset --------------------------------------------------------------------------------
     def populate(self) -> None:
-        clear_dir(self.workdir)
-        if self.pristine and os.path.isdir(self.pristine):
-            copy_tree(self.pristine, self.workdir)
+        """Makes the workdir equal to the pristine copy: whole the first time, then only the entries
+        changed since (`restore_changed`), so that a reset costs a walk of the tree, not a copy of it."""
+        pristine = self.pristine if self.pristine and os.path.isdir(self.pristine) else None
+        marks, self.marks = self.marks, None
+        if marks is not None and pristine is not None:
+            try:
+                self.marks = restore_changed(self.workdir, pristine, marks)
+            except OSError:  # the workdir itself made unreadable, a name too long: copy it whole
+                self.marks = None
+        if self.marks is None:
+            clear_dir(self.workdir)
+            if pristine:
+                copy_tree(pristine, self.workdir)
+            self.marks = walk_marks(self.workdir) if pristine else None
+        if self.marks:
+            settle(self.workdir, max(m[1] for m in self.marks.values()))
 
     def reset(self, req: dict) -> dict:
         clean = kill_all(float(req.get("grace", 0.5)))
@@ -398,6 +413,117 @@ def clear_dir(path: str, mounts: set[str] | None = None) -> None:
                 shutil.rmtree(full, ignore_errors=True)
         else:
             os.unlink(full)
+
+
+Mark = tuple[int, int, bool]
+"""An entry's inode, change time (ns) and whether it is a folder. A process without privileges cannot set
+a change time: any write, chmod, rename, link or time change of the entry gives it a new one."""
+
+
+def _mark(st: os.stat_result) -> Mark:
+    return (st.st_ino, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
+
+
+def walk_marks(root: str) -> dict[str, Mark]:
+    """The mark of every entry under `root`, by path relative to it."""
+    marks: dict[str, Mark] = {}
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(root, rel)) as entries:
+            for entry in entries:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                marks[path] = _mark(entry.stat(follow_symlinks=False))
+                if marks[path][2]:
+                    stack.append(path)
+    return marks
+
+
+def _changes(root: str, marks: dict[str, Mark]) -> tuple[list[str], list[str], set[str]]:
+    """(entries that are new, entries that changed, folders that changed) since `marks`, walking only
+    into folders the marks know. A changed folder is opened up (u+rwx) to be walked and repaired."""
+    new: list[str] = []
+    changed: list[str] = []
+    folders: set[str] = set()
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(root, rel)) as entries:
+            for entry in entries:
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                known = marks.get(path)
+                now = _mark(entry.stat(follow_symlinks=False))
+                if known is None:
+                    new.append(path)
+                elif now == known:
+                    if now[2]:
+                        stack.append(path)
+                elif now[2] and known[2]:  # the same folder, changed: its mode, or what it holds
+                    folders.add(path)
+                    os.chmod(entry.path, 0o700)
+                    stack.append(path)
+                else:
+                    changed.append(path)
+    return new, changed, folders
+
+
+def restore_changed(root: str, pristine: str, marks: dict[str, Mark]) -> dict[str, Mark]:
+    """Puts back, from `pristine`, what changed under `root` since `marks` were taken (each change gives a
+    new change time), removes what is new, and returns the marks of the result."""
+    new, changed, folders = _changes(root, marks)
+    for path in new + changed:
+        _remove(os.path.join(root, path))
+    present = set(marks) - set(changed)
+    gone = sorted(p for p in marks if p in changed or not os.path.lexists(os.path.join(root, p)))
+    copied: list[str] = []
+    for path in gone:  # parents sort before what they hold: a folder copied whole takes its entries along
+        if copied and path.startswith(copied[-1] + "/"):
+            continue
+        src, dst = os.path.join(pristine, path), os.path.join(root, path)
+        if os.path.isdir(src) and not os.path.islink(src):
+            shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy)
+        elif os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        else:
+            shutil.copy(src, dst)
+        copied.append(path)
+        present.discard(path)
+    for path in sorted(folders, reverse=True):
+        shutil.copystat(os.path.join(pristine, path), os.path.join(root, path), follow_symlinks=False)
+    result = {p: marks[p] for p in present if p not in folders}
+    for path in copied:
+        result.update({path: _mark(os.lstat(os.path.join(root, path)))})
+        if result[path][2]:
+            result.update({f"{path}/{k}": v for k, v in walk_marks(os.path.join(root, path)).items()})
+    result.update({p: _mark(os.lstat(os.path.join(root, p))) for p in folders})
+    return result
+
+
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        for folder, dirs, _ in os.walk(path):  # read-only folders the agent made
+            for d in dirs:
+                os.chmod(os.path.join(folder, d), 0o700, follow_symlinks=False)
+        os.chmod(path, 0o700)
+        shutil.rmtree(path)
+    else:
+        os.unlink(path)
+
+
+def settle(root: str, newest: int) -> None:
+    """Waits until a file written now gets a change time after `newest`. Change times come from a coarse
+    clock (a few ms a tick): without the wait, a write in the same tick as the reset would keep the mark
+    it had, and the next reset would leave it in place."""
+    probe = os.path.join(root, ".harness-reset-probe")
+    try:
+        while True:
+            with open(probe, "w") as f:
+                f.write("x")
+            if os.lstat(probe).st_ctime_ns > newest:
+                return
+            time.sleep(0.001)
+    finally:
+        os.unlink(probe)
 
 
 def copy_tree(src: str, dst: str) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from envs.executor import settle
 from envs.host_paths import readable_source
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxError, SandboxUnusable
@@ -171,6 +173,70 @@ def test_reset_twice_and_after_a_timeout(sandbox: ExecutorSandbox, sample_repo: 
     restored = tmp_path / "restored"
     sandbox.copy_out("/repo", restored)
     assert tree(restored) == tree(sample_repo)
+
+
+SNAPSHOT = """python3 -c '
+import hashlib, os, json
+found = {}
+for root, dirs, files in os.walk("/repo"):
+    for name in dirs + files:
+        path = os.path.join(root, name)
+        st = os.lstat(path)
+        if os.path.islink(path):
+            what = os.readlink(path)
+        elif os.path.isdir(path):
+            what = "dir"
+        else:
+            what = hashlib.sha256(open(path, "rb").read()).hexdigest()
+        found[path] = [oct(st.st_mode), what]
+print(json.dumps(found, sort_keys=True))
+'"""
+"""Every entry of /repo as the sandbox sees it: its full mode, and its content, link target or folder."""
+CHANGES = {
+    "same size and times": "cp -p pkg/calc.py /tmp/t && sed -i 's/a + b/a * b/' pkg/calc.py"
+    " && touch -r /tmp/t pkg/calc.py",
+    "modes": "chmod 600 README.md && chmod 711 pkg && chmod +x tests/test_calc.py",
+    "unreadable folder": "echo x > pkg/new.py && chmod 000 pkg",
+    "types swapped": "rm README.md && mkdir README.md && rm -r tests && echo x > tests",
+    "links": "ln -sf /etc/passwd pkg/__init__.py && ln -f pkg/calc.py pkg/other.py",
+    "renamed and back": "mv pkg/calc.py pkg/c2 && mv pkg/c2 pkg/calc.py",
+    "read-only new tree": "mkdir -p locked/inner && touch locked/inner/f && chmod 555 locked/inner locked",
+    "folder removed": "rm -r pkg",
+}
+
+
+def test_a_reset_undoes_every_kind_of_change_one_after_another(sandbox: ExecutorSandbox) -> None:
+    """A reset puts back only what changed (issue 16: a repository of 10,000 files is not copied again),
+    found by each entry's change time, which the agent's processes cannot set."""
+    start = sandbox.run(SNAPSHOT).output
+    for name, change in CHANGES.items():
+        changed = sandbox.run(change)
+        assert changed.exit_code == 0, (name, changed.output)
+        assert (sandbox.run(SNAPSHOT).output == start) == (name == "renamed and back"), name
+        sandbox.reset()
+        assert sandbox.run(SNAPSHOT).output == start, name
+
+
+def test_a_write_right_after_a_reset_is_undone_by_the_next(sandbox: ExecutorSandbox) -> None:
+    """Change times tick coarsely (milliseconds): a write in the reset's own tick would keep its mark."""
+    start = sandbox.run(SNAPSHOT).output
+    original = sandbox.read_file("pkg/calc.py")
+    for _ in range(20):
+        sandbox.reset()
+        sandbox.write_file("pkg/calc.py", original.replace(b"a + b", b"a - b"))  # the same size
+        sandbox.reset()
+        assert sandbox.read_file("pkg/calc.py") == original
+    assert sandbox.run(SNAPSHOT).output == start
+
+
+def test_settle_waits_until_a_new_write_gets_a_later_change_time(tmp_path: Path) -> None:
+    """On kernels whose change times tick coarsely, a reset waits out its own tick (on this one, with
+    fine-grained times, the write-after-reset test passes without the wait)."""
+    newest = time.time_ns() + 30_000_000
+    began = time.monotonic()
+    settle(str(tmp_path), newest)
+    assert time.monotonic() - began >= 0.02
+    assert list(tmp_path.iterdir()) == []
 
 
 # ---- close ----------------------------------------------------------------------------------------
