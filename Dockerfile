@@ -16,4 +16,4 @@ COPY envs/executor.py /opt/harness/executor.py
 ENV PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 WORKDIR /repo
 USER 1000:1000
-ENTRYPOINT ["python3", "-I", "/opt/harness/executor.py"]
+ENTRYPOINT ["python3", "-I", "-S", "/opt/harness/executor.py"]

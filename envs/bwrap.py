@@ -323,7 +323,16 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     args += ["--bind", bridge(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
     args += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: files put there would outlive a reset
     python = os.path.realpath(sys.executable)
-    args += [python, "-I", "/opt/harness/executor.py", "--connect", "/run/harness.sock", "--workdir", WORKDIR]
+    args += [
+        python,
+        "-I",
+        "-S",
+        "/opt/harness/executor.py",
+        "--connect",
+        "/run/harness.sock",
+        "--workdir",
+        WORKDIR,
+    ]
     args += ["--pristine", "/opt/pristine"] if source is not None else []
     args += ["--label", f"{owner.run_id}/{sandbox_id}"]
     if group is None:  # with a cgroup, its pids.max alone refuses forks, and counts them (limit_events)

@@ -35,6 +35,9 @@ from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 
 EXECUTOR = Path(__file__).with_name("executor.py")
+ENTRYPOINT = ["python3", "-I", "-S", "/opt/harness/executor.py"]
+"""The executor needs the standard library alone: without `site` (-S) no path file of a task's environment
+puts the repository on its sys.path, where a module it imports late would find a file the agent wrote."""
 API_TIMEOUT_S = 30.0
 """Every call to the daemon is bounded: a stopped daemon is an infra error, not a hang."""
 STRAY_TIMEOUT_S = 5.0
@@ -183,6 +186,7 @@ def _start_container(
     try:
         container = client(config.docker_timeout_s).containers.run(
             image or config.image,
+            entrypoint=ENTRYPOINT,
             command=command,
             detach=True,
             name=name,

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from envs.bwrap import bwrap_path, start_bwrap
 from envs.docker import daemon_answers, ensure_image, start_docker
+from envs.python_env import is_built
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig, SandboxError
+from envs.task_env import bwrap_env_dir, docker_env_image, docker_env_ready
+from tasks.model import Task
 
 
 def resolve_backend(name: str) -> str:
@@ -44,3 +47,26 @@ def start_sandbox(
             "the bwrap backend cannot build images: use the docker backend"
         )
     return start_bwrap(config, source_dir)
+
+
+def start_task_sandbox(task: Task, config: SandboxConfig) -> ExecutorSandbox:
+    """Starts a sandbox for `task`: a copy of its repository, in its image (built when missing) and its
+    environment (`envs/task_env.py`, which `harness env build --suite` makes), with its command timeout.
+    Its setup commands are the caller's to run (`envs.start_tree.run_setup`)."""
+    config = config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
+    image, image_build = task.image, task.image_build
+    if task.environment is not None:
+        not_built = f"task {task.id}: its environment is not built: run `harness env build --suite SUITE`"
+        if resolve_backend(config.backend) == "docker":
+            base = task.image or config.image
+            if task.image is not None and task.image_build is not None:
+                ensure_image(task.image, task.image_build)
+            if not docker_env_ready(task.environment, base):
+                raise SandboxError(not_built)
+            image, image_build = docker_env_image(task.environment, base)
+        else:
+            folder = bwrap_env_dir(task.environment)
+            if not is_built(folder):
+                raise SandboxError(not_built)
+            config = config.model_copy(update={"python_env": folder})
+    return start_sandbox(config, task.repo, image, image_build)

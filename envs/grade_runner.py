@@ -32,19 +32,32 @@ line printed: a report that does not match it is not believed.
 
 from __future__ import annotations
 
+# First of all, with only what Python's start-up imported (sys, os): a task environment's path file puts the
+# repository (or its src/) on sys.path, where the standard library's optional imports while pytest loads
+# (`org` in copy, `msvcrt` in subprocess) would find and run a file the agent wrote, in this process, before
+# anything is guarded. Children get the full path back (`RepositoryBlock.lift`).
+import os
+import sys
+
+FULL_PATH = list(sys.path)
+"""sys.path as Python's start-up made it: the one the tests run with."""
+if __name__ == "__main__" and len(sys.argv) > 3:  # run as the grader's runner, not imported by the harness
+    _repository = os.path.realpath(sys.argv[3]).rstrip("/") + "/"
+    sys.path[:] = [
+        p for p in sys.path if not os.path.realpath(os.path.join(p or ".", "x")).startswith(_repository)
+    ]
+
 import hashlib
 import importlib
 import inspect
 import itertools
 import json
 import operator
-import os
 import random
 import resource
 import select
 import signal
 import stat
-import sys
 import types
 from typing import Any
 
@@ -769,7 +782,7 @@ class RepositoryBlock:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self.path = list(sys.path)
+        self.path = FULL_PATH
 
     def install(self) -> None:
         """Puts the block first and takes the repository's folders off `sys.path`."""

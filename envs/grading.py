@@ -39,7 +39,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.factory import start_sandbox
+from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
@@ -171,7 +171,7 @@ def grade_patch(
         }
     )
     try:
-        sandbox = start_sandbox(sandbox_config, task.repo, task.image, task.image_build)
+        sandbox = start_task_sandbox(task, sandbox_config)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     try:
@@ -449,7 +449,7 @@ def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str
             return []  # the direct grade says why
         fixed = judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
     try:
-        sandbox = start_sandbox(sandbox_config, task.repo, task.image, task.image_build)
+        sandbox = start_task_sandbox(task, sandbox_config)
         try:
             run_setup(sandbox, task)
             _write_kept(sandbox, fixed)

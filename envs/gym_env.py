@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 from gymnasium import spaces
 
-from envs.factory import start_sandbox
+from envs.factory import start_task_sandbox
 from envs.grading import Grade, collect_patch, grade_patch
 from envs.replacing import ReplacingSandbox
 from envs.reward import RewardConfig
@@ -92,10 +92,8 @@ class CodingEnv(gym.Env[str, str]):
         if task is None:
             raise ValueError(f"unknown task {chosen!r}; known: {', '.join(sorted(self.tasks))}")
         self._close_sandbox()
-        config = self.sandbox_config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
-        self.sandbox = ReplacingSandbox(
-            lambda: start_sandbox(config, task.repo, task.image, task.image_build)
-        )
+        config = self.sandbox_config
+        self.sandbox = ReplacingSandbox(lambda: start_task_sandbox(task, config))
         run_setup(self.sandbox, task)
         self.task, self.turns, self.started, self.done = task, 0, time.monotonic(), False
         self.tools = self.make_tools(task)

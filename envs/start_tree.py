@@ -24,7 +24,7 @@ import tempfile
 import threading
 from pathlib import Path
 
-from envs.factory import resolve_backend, start_sandbox
+from envs.factory import resolve_backend, start_task_sandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from tasks.model import Task
 from tasks.suite import cache_root
@@ -38,7 +38,7 @@ _lock = threading.Lock()
 
 def start_tree(task: Task, config: SandboxConfig) -> Path:
     """The folder holding the task's start tree: `task.repo` itself when the task has no setup commands."""
-    if not task.setup_commands:
+    if not task.setup():
         return task.repo
     settings = _settings(task, config)
     with _lock:  # a run's task repositories do not change while it runs: their files are read once
@@ -56,8 +56,9 @@ def start_tree(task: Task, config: SandboxConfig) -> Path:
 
 
 def run_setup(sandbox: object, task: Task, timeout: float | None = None) -> None:
-    """Runs the task's setup commands in `sandbox`; the first that fails raises `SandboxError`."""
-    for command in task.setup_commands:
+    """Runs the task's setup commands (`Task.setup`) in `sandbox`; the first that fails raises
+    `SandboxError`."""
+    for command in task.setup():
         result = sandbox.run(command, timeout=timeout)  # type: ignore[attr-defined]
         if result.exit_code != 0:
             raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
@@ -67,13 +68,13 @@ def _make(task: Task, config: SandboxConfig, folder: Path) -> None:
     shutil.rmtree(folder, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=folder.parent))
     try:
-        sandbox = start_sandbox(config, task.repo, task.image, task.image_build)
+        sandbox = start_task_sandbox(task, config)
         try:
             run_setup(sandbox, task, task.limits.grade_timeout_s)
             sandbox.copy_out(WORKDIR, staging / "repo")
         finally:
             sandbox.close()
-        record = {"task": task.id, "repo": str(task.repo), "setup_commands": task.setup_commands}
+        record = {"task": task.id, "repo": str(task.repo), "setup_commands": task.setup()}
         (staging / MARKER).write_text(json.dumps(record, indent=1))
         staging.rename(folder)
     finally:
@@ -84,7 +85,8 @@ def _settings(task: Task, config: SandboxConfig) -> str:
     """The commands and the sandbox they run in."""
     fields = {
         "repo": str(task.repo.resolve()),
-        "setup_commands": task.setup_commands,
+        "setup_commands": task.setup(),
+        "environment": task.environment.model_dump() if task.environment else None,
         "image": task.image,
         "image_build": str(task.image_build),
         "backend": resolve_backend(config.backend),

@@ -23,6 +23,7 @@ from envs.lifecycle import install_signal_handlers, reap
 from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
+from envs.task_env import build_task_env
 from harness.config import ConfigError, load_config
 from harness.replay import SORT_KEYS
 from harness.rollout import RolloutConfig, RolloutSummary, rollout
@@ -121,21 +122,50 @@ def cmd_sandbox_reap(args: argparse.Namespace) -> int:
 
 
 def add_env_parser(sub: Any) -> None:
-    env = sub.add_parser("env", help="the Python environment of bubblewrap sandboxes")
+    env = sub.add_parser("env", help="the Python environments of sandboxes: the default one, and tasks' own")
     env_sub = env.add_subparsers(dest="env_command", required=True)
     p = env_sub.add_parser(
         "build", help="make it once, from the package index (the sandboxes have no network)"
     )
     p.add_argument("--quiet", action="store_true", help="print only the folder")
+    p.add_argument("--suite", help="also build the environment of every task of this suite that has one")
+    p.add_argument(
+        "--backend", default="auto", help="docker, bwrap, or auto; with --suite: whose environments to build"
+    )
     p.set_defaults(func=cmd_env_build)
 
 
 def cmd_env_build(args: argparse.Namespace) -> int:
-    """Builds the sandbox environment (a kept one is reused) and prints its folder."""
+    """Builds the sandbox environment (a kept one is reused) and prints its folder; with --suite, each
+    task environment too (one per distinct environment), a line each: task ids, then the folder or image."""
     folder = default_env_dir()
     if not is_built(folder) and not args.quiet:
         print(f"building {folder}: {', '.join(REQUIREMENTS)}", file=sys.stderr)
     print(build_env(folder, quiet=args.quiet))
+    return 0 if args.suite is None else build_suite_envs(args.suite, args.backend, args.quiet)
+
+
+def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
+    """Builds the environment of every task of `suite` that has one, once per distinct environment; a line
+    each: the task ids, then the folder or image. 1 when one fails (its error on stderr)."""
+    config = SandboxConfig(backend=resolve_backend(backend))  # type: ignore[arg-type]
+    by_environment: dict[str, list[Task]] = {}
+    for task in load_suite(suite):
+        if task.environment is not None:
+            by_environment.setdefault(task.environment.model_dump_json(), []).append(task)
+    for tasks in by_environment.values():
+        environment, ids = tasks[0].environment, ", ".join(t.id for t in tasks)
+        assert environment is not None
+        if not quiet:
+            print(f"{ids}: {', '.join(environment.requirements) or 'no requirements'}", file=sys.stderr)
+        try:
+            print(
+                f"{ids}: {build_task_env(tasks[0], config, quiet=quiet)}",
+                file=sys.stderr if quiet else sys.stdout,
+            )
+        except SandboxError as e:
+            print(f"error: {ids}: {e}", file=sys.stderr)
+            return 1
     return 0
 
 
@@ -278,6 +308,12 @@ def add_import_commands(tasks_sub: argparse._SubParsersAction[argparse.ArgumentP
     )
     p.add_argument("--test-command", default=None, help="the agent's run_tests command")
     p.add_argument(
+        "--no-env",
+        action="store_true",
+        help="neither read the environments the repositories declare nor build them",
+    )
+    p.add_argument("--backend", default="auto", help="whose environments to build: docker, bwrap or auto")
+    p.add_argument(
         "--environments",
         type=Path,
         default=None,
@@ -299,7 +335,11 @@ def cmd_tasks_import_swebench(args: argparse.Namespace) -> int:
         image=args.image, setup_commands=args.setup_command, test_command=args.test_command
     )
     environments = load_environments(args.environments) if args.environments else {}
-    return print_import(import_swebench(args.file, args.repos, args.out, defaults, environments), args.json)
+    report = import_swebench(args.file, args.repos, args.out, defaults, environments, not args.no_env)
+    status = print_import(report, args.json)
+    if args.no_env or not report.imported:
+        return status
+    return build_suite_envs(str(args.out), args.backend, quiet=True) or status
 
 
 def cmd_tasks_import_harbor(args: argparse.Namespace) -> int:

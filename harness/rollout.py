@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.factory import resolve_backend, start_sandbox
+from envs.factory import resolve_backend, start_task_sandbox
 from envs.grading import collect_patch, grade_patch
 from envs.lifecycle import closing, current_owner
 from envs.replacing import ReplacingSandbox
@@ -124,8 +124,7 @@ class SandboxPool:
                 sandbox.close()
                 sandbox = None
         if sandbox is None:
-            config = self.config.model_copy(update={"command_timeout_s": task.limits.command_timeout_s})
-            sandbox = ReplacingSandbox(lambda: start_sandbox(config, task.repo, task.image, task.image_build))
+            sandbox = ReplacingSandbox(lambda: start_task_sandbox(task, self.config))
         with self.lock:
             self.busy.add(sandbox)
         run_setup(sandbox, task)

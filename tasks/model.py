@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.canaries import Canary
+from tasks.environment import Environment
 
 TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """What a task id may look like: it names a folder and an image."""
@@ -90,6 +91,9 @@ class Task(BaseModel):
     problem_statement: str
     setup_commands: list[str] = Field(default_factory=list)
     """Shell commands run in the sandbox before the agent starts (and before grading)."""
+    environment: Environment | None = None
+    """The packages its code and tests need, built outside /repo by `harness env build`; None: the
+    sandbox's own Python and pytest."""
     test_command: str = "python3 -m pytest -q"
     """The visible test command the agent's run_tests tool runs."""
     hidden_tests: HiddenTests
@@ -110,6 +114,12 @@ class Task(BaseModel):
         if self.image_build is not None and self.image is None:
             raise ValueError("image_build: give the image's name too (image)")
         return self
+
+    def setup(self) -> list[str]:
+        """Every command run before the agent starts: what the environment makes in /repo (a version
+        file), then the task's own setup commands."""
+        made = self.environment.setup_commands() if self.environment is not None else []
+        return [*made, *self.setup_commands]
 
     def prompt(self) -> str:
         """The task as the agent first sees it."""

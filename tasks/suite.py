@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.canaries import load_canaries
+from tasks.environment import Environment
 from tasks.model import TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
 from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
 
@@ -71,6 +72,9 @@ class TaskFile(BaseModel):
     bug: list[BugEdit] = Field(default_factory=list)
     problem_statement: str
     setup_commands: list[str] = Field(default_factory=list)
+    environment: Environment | None = None
+    """What the code and tests need installed (`harness env build --suite` builds it); `tasks import`
+    writes what the repository declares."""
     test_command: str = "python3 -m pytest -q"
     fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
@@ -169,6 +173,7 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
         base_commit=commit,
         problem_statement=spec.problem_statement,
         setup_commands=spec.setup_commands,
+        environment=spec.environment,
         test_command=spec.test_command,
         hidden_tests=HiddenTests(
             files=hidden,

@@ -21,6 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from tasks.environment import declared_environment
 from tasks.importing import ImportProblem, ImportReport, Skipped, relative_path, write_task_folder
 from tasks.model import TASK_ID
 from tasks.patches import filter_patch, git, split_patch
@@ -97,8 +98,11 @@ def import_swebench(
     out: Path,
     defaults: InstanceEnvironment | None = None,
     environments: dict[str, InstanceEnvironment] | None = None,
+    declared: bool = True,
 ) -> ImportReport:
-    """Imports every instance of `file` into the suite `out`; the report names each one left out."""
+    """Imports every instance of `file` into the suite `out`; the report names each one left out. With
+    `declared`, a task whose repository declares requirements, a src/ layout or a generated version file
+    gets that environment (`tasks/environment.py`), for `harness env build --suite` to build."""
     if not repos.is_dir():
         raise TaskError(f"--repos {repos}: not a folder")
     try:
@@ -123,7 +127,7 @@ def import_swebench(
             if instance.instance_id in report.imported:
                 raise ImportProblem("instance_id: the same as an earlier line's")
             env = environments.get(instance.instance_id, InstanceEnvironment()).over(defaults)
-            warnings = import_instance(instance, repos, out, env)
+            warnings = import_instance(instance, repos, out, env, declared)
         except ImportProblem as e:
             report.skipped.append(Skipped(source=f"{file}:{number}", task_id=task_id, reason=str(e)))
             continue
@@ -155,7 +159,7 @@ def parse_instance(line: str) -> SweBenchInstance:
 
 
 def import_instance(
-    instance: SweBenchInstance, repos: Path, out: Path, env: InstanceEnvironment
+    instance: SweBenchInstance, repos: Path, out: Path, env: InstanceEnvironment, declared: bool = True
 ) -> list[str]:
     """Writes one task folder; returns warnings about it. Raises ImportProblem when it cannot be used."""
     slug = instance.repo.replace("/", "__")
@@ -170,6 +174,10 @@ def import_instance(
             hidden = apply_test_patch(tree, instance.test_patch)
         except (TaskError, RuntimeError) as e:  # git failed on this repository or commit
             raise ImportProblem(str(e)) from e
+        try:
+            environment = declared_environment(tree) if declared else None
+        except ValueError as e:  # a pyproject.toml that is not TOML
+            raise ImportProblem(f"the repository's declarations: {e}") from e
         unknown = [
             test_id
             for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS
@@ -190,6 +198,7 @@ def import_instance(
         base_commit=base,
         problem_statement=instance.problem_statement,
         setup_commands=env.setup_commands or [],
+        environment=environment if environment and environment.needed() else None,
         fail_to_pass=instance.FAIL_TO_PASS,
         pass_to_pass=instance.PASS_TO_PASS,
         gold_patch="gold.patch",
