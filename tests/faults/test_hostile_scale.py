@@ -79,6 +79,12 @@ LATENCY_RATIO_LIMIT = 2.0
 ATTACK_OVER_SPIN_LIMIT = 1.5
 """Under attack over beside spinning neighbours, checked on any machine: outside load weighs on both
 windows alike (docs/reliability.md, section 3, has the figures measured on loaded and idle hosts)."""
+BUSY_ATTACK_OVER_SPIN_LIMIT = 2.5
+"""The same where processes outside the fleet keep the machine busy (over QUIET_SHARE of its cores in
+every round). Replacing a bombed sandbox costs the daemon and the runtime CPU that no cap covers, which
+spinning neighbours never cause; when outside work leaves the fleet little of the machine, that weighs:
+with two busy loops beside the whole CI run (1.74-1.78 of 2 cores outside the fleet) `cat` measured 1.84
+on Docker. An attack that escaped its caps measured 5-9 times (docs/reliability.md, section 3)."""
 QUIET_SHARE = 0.25
 """The ratio to the fleet alone is checked when processes outside the fleet took less than this share of
 the cores while the fleet was alone."""
@@ -531,8 +537,9 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
     # cap (kernel work, output, memory reclaim) shows as a ratio above 1. The ratio to the fleet alone also
     # counts the caps' own share of a machine that other work keeps busy, so it is checked on a quiet one.
     loads_text = ", ".join(f"{x:.2f}" for x in loads)
+    spin_limit = ATTACK_OVER_SPIN_LIMIT if quiet else BUSY_ATTACK_OVER_SPIN_LIMIT
     for kind, m in medians.items():
-        assert m["attack"] / m["spin"] < ATTACK_OVER_SPIN_LIMIT, (
+        assert m["attack"] / m["spin"] < spin_limit, (
             f"{kind}: {m['attack'] * 1e3:.1f} ms under attack, {m['spin'] * 1e3:.1f} ms beside spinning"
             f" neighbours; processes outside the fleet took {loads_text} of {cores} cores"
         )
