@@ -34,6 +34,7 @@ import stat
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 
 CHUNK = 65536
 PROC_POLL_S = 0.02
@@ -424,18 +425,28 @@ def _mark(st: os.stat_result) -> Mark:
     return (st.st_ino, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
 
 
-def walk_marks(root: str) -> dict[str, Mark]:
-    """The mark of every entry under `root`, by path relative to it."""
-    marks: dict[str, Mark] = {}
+def _walk(root: str, visit: Callable[[str, os.DirEntry, Mark], bool]) -> None:
+    """Calls `visit(path relative to root, entry, mark)` for each entry, walking into the folders for
+    which it returns True."""
     stack = [""]
     while stack:
         rel = stack.pop()
         with os.scandir(os.path.join(root, rel)) as entries:
             for entry in entries:
                 path = f"{rel}/{entry.name}" if rel else entry.name
-                marks[path] = _mark(entry.stat(follow_symlinks=False))
-                if marks[path][2]:
+                if visit(path, entry, _mark(entry.stat(follow_symlinks=False))):
                     stack.append(path)
+
+
+def walk_marks(root: str) -> dict[str, Mark]:
+    """The mark of every entry under `root`, by path relative to it."""
+    marks: dict[str, Mark] = {}
+
+    def visit(path: str, entry: os.DirEntry, mark: Mark) -> bool:
+        marks[path] = mark
+        return mark[2]
+
+    _walk(root, visit)
     return marks
 
 
@@ -445,25 +456,22 @@ def _changes(root: str, marks: dict[str, Mark]) -> tuple[list[str], list[str], s
     new: list[str] = []
     changed: list[str] = []
     folders: set[str] = set()
-    stack = [""]
-    while stack:
-        rel = stack.pop()
-        with os.scandir(os.path.join(root, rel)) as entries:
-            for entry in entries:
-                path = f"{rel}/{entry.name}" if rel else entry.name
-                known = marks.get(path)
-                now = _mark(entry.stat(follow_symlinks=False))
-                if known is None:
-                    new.append(path)
-                elif now == known:
-                    if now[2]:
-                        stack.append(path)
-                elif now[2] and known[2]:  # the same folder, changed: its mode, or what it holds
-                    folders.add(path)
-                    os.chmod(entry.path, 0o700)
-                    stack.append(path)
-                else:
-                    changed.append(path)
+
+    def visit(path: str, entry: os.DirEntry, now: Mark) -> bool:
+        known = marks.get(path)
+        if known is None:
+            new.append(path)
+        elif now == known:
+            return now[2]
+        elif now[2] and known[2]:  # the same folder, changed: its mode, or what it holds
+            folders.add(path)
+            os.chmod(entry.path, 0o700)
+            return True
+        else:
+            changed.append(path)
+        return False
+
+    _walk(root, visit)
     return new, changed, folders
 
 
@@ -479,13 +487,7 @@ def restore_changed(root: str, pristine: str, marks: dict[str, Mark]) -> dict[st
     for path in gone:  # parents sort before what they hold: a folder copied whole takes its entries along
         if copied and path.startswith(copied[-1] + "/"):
             continue
-        src, dst = os.path.join(pristine, path), os.path.join(root, path)
-        if os.path.isdir(src) and not os.path.islink(src):
-            shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy)
-        elif os.path.islink(src):
-            os.symlink(os.readlink(src), dst)
-        else:
-            shutil.copy(src, dst)
+        copy_entry(os.path.join(pristine, path), os.path.join(root, path))
         copied.append(path)
         present.discard(path)
     for path in sorted(folders, reverse=True):
@@ -528,13 +530,17 @@ def settle(root: str, newest: int) -> None:
 
 def copy_tree(src: str, dst: str) -> None:
     for name in os.listdir(src):
-        s, d = os.path.join(src, name), os.path.join(dst, name)
-        if os.path.isdir(s) and not os.path.islink(s):
-            shutil.copytree(s, d, symlinks=True, copy_function=shutil.copy)
-        elif os.path.islink(s):
-            os.symlink(os.readlink(s), d)
-        else:
-            shutil.copy(s, d)
+        copy_entry(os.path.join(src, name), os.path.join(dst, name))
+
+
+def copy_entry(src: str, dst: str) -> None:
+    """A folder (whole), a link (as a link) or a file, with its mode."""
+    if os.path.isdir(src) and not os.path.islink(src):
+        shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy)
+    elif os.path.islink(src):
+        os.symlink(os.readlink(src), dst)
+    else:
+        shutil.copy(src, dst)
 
 
 def serve(sock: socket.socket, executor: Executor) -> None:

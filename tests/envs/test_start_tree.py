@@ -11,6 +11,7 @@ from envs.gym_env import CodingEnv
 from envs.sandbox import SandboxConfig
 from envs.start_tree import start_tree
 from tasks.model import HiddenTests, Task
+from tests.envs.test_grading import ADD_FIX
 from tools import Toolbox, ToolsConfig
 
 SETUP = [
@@ -32,15 +33,6 @@ def test_add():
 def test_setup_ran_here_too():
     assert VERSION == "1.0" and os.path.isdir("/tmp/made-by-setup")
 """
-FIX = """\
-diff --git a/pkg/calc.py b/pkg/calc.py
---- a/pkg/calc.py
-+++ b/pkg/calc.py
-@@ -1,2 +1,2 @@
- def add(a, b):
--    return a - b
-+    return a + b
-"""
 
 
 def versioned_task(root: Path, setup: list[str]) -> Task:
@@ -57,7 +49,7 @@ def versioned_task(root: Path, setup: list[str]) -> Task:
     )
     return Task(
         id="versioned", title="add", repo=repo, problem_statement="add subtracts", hidden_tests=hidden,
-        setup_commands=setup, gold_patch=FIX,
+        setup_commands=setup, gold_patch=ADD_FIX,
     )  # fmt: skip
 
 
@@ -79,7 +71,7 @@ def test_an_episode_that_fixes_the_bug_has_only_the_fix_in_its_diff(backend: str
     assert grade["dropped_paths"] == [] and grade["infra_error"] is None
     graded = grade["graded_patch"]
     assert "pkg/calc.py" in graded and "_version" not in graded and "README" not in graded, graded
-    direct = grade_patch(task, FIX, config)  # the gold patch, applied to the same start tree
+    direct = grade_patch(task, ADD_FIX, config)  # the gold patch, applied to the same start tree
     assert direct.correct == 1.0 and direct.graded_patch == graded
     assert direct.simplicity == Grade.model_validate(grade).simplicity
 
@@ -97,7 +89,7 @@ def test_the_start_tree_is_made_once_and_leaves_the_repository_alone(tmp_path: P
 
 def test_a_failing_setup_command_is_an_infra_error_not_a_zero(tmp_path: Path) -> None:
     task = versioned_task(tmp_path, [*SETUP, "false"])
-    grade = grade_patch(task, FIX, SandboxConfig(backend="bwrap"))
+    grade = grade_patch(task, ADD_FIX, SandboxConfig(backend="bwrap"))
     assert grade.infra_error is not None and "setup command 'false' failed" in grade.infra_error
 
 
