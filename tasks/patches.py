@@ -64,6 +64,7 @@ def diff_trees(base: Path, new: Path) -> str:
     The patch is UTF-8 text: a changed file whose content is not (Latin-1 source, say) comes as a binary
     patch, which applies the same, rather than as bytes no JSON line or UTF-8 string can hold.
     """
+    base, new = base.resolve(), new.resolve()  # git resolves a relative --work-tree again from cwd
     with tempfile.TemporaryDirectory(prefix="harness-diff-") as tmp:
         git_dir = Path(tmp) / "git"
         git(["init", "-q", "--bare", str(git_dir)])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 import shutil
@@ -36,6 +37,7 @@ from typing import Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.model import Limits
 from tasks.mutations import OPERATORS, Mutation, Operator, Source, find_mutations
 from tasks.patches import NOISE, is_graded_path
 from tasks.suite import BugEdit, TaskError, TaskFile, cache_root
@@ -468,8 +470,28 @@ def _block_strings(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _block_strings)
 
 
+RUN_TESTS_MARGIN = 4.0
+"""How many times its measured duration the agent's full test run may take before it is cut off: a
+loaded host (CI beside two busy processes) ran sandboxed tests 3-4 times slower than an idle one."""
+
+
+def run_tests_timeout(duration_s: float) -> float:
+    """The agent's command timeout for a repository whose whole untraced test run took `duration_s`:
+    never below the default, so that a healthy run of the visible tests does not time out under load;
+    whole minutes, so that two syntheses of one repository mostly write the same task.yaml (it is the one
+    field that comes from a measurement)."""
+    minutes = math.ceil((RUN_TESTS_MARGIN * duration_s + 10) / 60)
+    return max(Limits().command_timeout_s, 60.0 * minutes)
+
+
 def write_task(
-    task_dir: Path, name: str, repo: Path, mutation: Mutation, kept: Kept, command: str
+    task_dir: Path,
+    name: str,
+    repo: Path,
+    mutation: Mutation,
+    kept: Kept,
+    command: str,
+    duration_s: float = 0.0,
 ) -> SynthesizedTask:
     text = (repo / mutation.path).read_text()
     edit = bug_edit(mutation.path, text, mutation)
@@ -483,6 +505,7 @@ def write_task(
         test_command=command,
         fail_to_pass=kept.fail_to_pass,
         pass_to_pass=kept.pass_to_pass,
+        limits=Limits(command_timeout_s=run_tests_timeout(duration_s)),
     )
     task_dir.mkdir(parents=True)
     raw = spec.model_dump(mode="json", exclude_defaults=True)
@@ -588,7 +611,18 @@ class Search:
                 self.per_function[where] += 1
                 task_dir = _next_task_dir(self.config.out, self.name)
                 batch.append(
-                    (task_dir, write_task(task_dir, self.name, self.repo, mutation, kept, self.command))
+                    (
+                        task_dir,
+                        write_task(
+                            task_dir,
+                            self.name,
+                            self.repo,
+                            mutation,
+                            kept,
+                            self.command,
+                            self.baseline.duration_s,
+                        ),
+                    )
                 )
             tries -= 1
             if len(batch) >= wanted or tries <= 0:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tasks.patches import patch_as_edits
+from tasks.patches import diff_trees, patch_as_edits
 from tasks.suite import TaskError, load_suite
 
 MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
@@ -83,3 +83,14 @@ def test_broken_task_files_name_the_file_and_field(tmp_path: Path, yaml_text: st
 def test_unknown_suite_is_refused() -> None:
     with pytest.raises(TaskError, match="not a built-in suite"):
         load_suite("no-such-suite")
+
+
+def test_trees_given_by_relative_paths_are_diffed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """git resolved a relative --work-tree again from the folder it ran in: `tasks synth --out REL` and
+    `tasks list --suite REL` failed with "Invalid path" (issue 16)."""
+    for name, text in (("old", "a\n"), ("new", "b\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "f.txt").write_text(text)
+    monkeypatch.chdir(tmp_path)
+    patch = diff_trees(Path("old"), Path("new"))
+    assert "-a\n+b\n" in patch and "f.txt" in patch

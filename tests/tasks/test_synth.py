@@ -31,6 +31,7 @@ from tasks.synth import (
     load_synth_info,
     problem_statement,
     run_baseline,
+    run_tests_timeout,
 )
 from tests.conftest import require_backend
 
@@ -299,6 +300,13 @@ def test_synthesized_suite_validates_and_is_reproducible(
     synthesize_suite(config.model_copy(update={"out": again}), sandbox, validate=False)
     for task in tasks:
         assert (again / task.id / "task.yaml").read_text() == (out / task.id / "task.yaml").read_text()
+
+
+def test_the_agents_test_timeout_comes_from_the_measured_full_run() -> None:
+    """A full run of 20 s gets 2 minutes (4 times, plus 10 s, in whole minutes); a quick one the default."""
+    assert run_tests_timeout(0.5) == 60.0
+    assert run_tests_timeout(20.0) == 120.0
+    assert run_tests_timeout(100.0) == 420.0
 
 
 def changed_lines(patch: str) -> tuple[list[str], list[str]]:
