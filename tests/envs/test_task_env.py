@@ -145,6 +145,19 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
+def built(index: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The cache the file's environments are built into: its own, made by the first test that needs one
+    (the import's build; the later tests reuse it). The sandbox's pytest comes from pip's cache where it
+    is, tinydep from the index above."""
+    cache = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip"))
+        patch.setenv("XDG_CACHE_HOME", str(cache))
+        patch.setenv("PIP_EXTRA_INDEX_URL", index)
+        yield cache
+
+
+@pytest.fixture(scope="module")
 def vlib_instances(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """acme/vlib: a src/ layout, a version file setuptools-scm writes at build time, a dependency."""
     root = tmp_path_factory.mktemp("vlib")
@@ -162,12 +175,8 @@ def vlib_instances(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_a_repository_with_its_own_environment_imports_validates_and_is_solved(
-    backend: str, index: str, vlib_instances: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: str, built: Path, vlib_instances: Path, tmp_path: Path
 ) -> None:
-    pip_cache = os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a build of its own, every run
-    monkeypatch.setenv("PIP_CACHE_DIR", pip_cache)  # the sandbox's pytest from pip's cache where it is
-    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", index)
     if backend == "docker":  # its environment's image is built by this run, not found from an earlier one
         for image in client().images.list(name="harness-env"):
             client().images.remove(image.id, force=True)
@@ -212,17 +221,12 @@ PARENT_PAYLOAD = (
 
 
 def test_a_module_the_runner_imports_optionally_is_never_found_in_src(
-    backend: str, index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    backend: str, built: Path, tmp_path: Path
 ) -> None:
     """The project's path file puts /repo/src on sys.path. The standard library tries optional modules
     while pytest is imported (`org` in copy, `msvcrt` in subprocess): found in src/, the agent's code
     would run in the grader's runner before it guards anything. The runner takes the repository off
     sys.path before its first import; the fix alone, with the planted package beside it, grades 1."""
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(
-        "PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
-    )
-    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", index)
     repo = write(tmp_path / "repo", VLIB)
     environment = declared_environment(repo)
     task = Task(
@@ -251,18 +255,11 @@ def test_a_module_the_runner_imports_optionally_is_never_found_in_src(
         sandbox.close()
 
 
-def test_both_backends_grade_it_the_same_test_by_test(
-    index: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_both_backends_grade_it_the_same_test_by_test(built: Path, tmp_path: Path) -> None:
     """One pytest (the sandbox image's 7.2.1) and the same packages on both backends: the same outcome
     for every hidden test, for the fix and for a patch that only half fixes it."""
     require_backend("docker")
     require_backend("bwrap")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv(
-        "PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip")
-    )
-    monkeypatch.setenv("PIP_EXTRA_INDEX_URL", index)
     repo = write(tmp_path / "repo", VLIB)
     hidden = HiddenTests(
         files={"tests/test_scale.py": VLIB_TESTS.replace('"0.0.0"', '"0.0.0" and vlib.scale(0) == 0')},
