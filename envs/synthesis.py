@@ -50,8 +50,9 @@ class SandboxPytest:
     counts as crashed, and a fresh sandbox, at the repository's correct state, takes its place.
     """
 
-    def __init__(self, start: Callable[[], ExecutorSandbox]) -> None:
+    def __init__(self, start: Callable[[], ExecutorSandbox], key: str = "") -> None:
         self.start = start
+        self.key = key
         self.dir = f"/tmp/synth-{secrets.token_hex(6)}"
         self.runs = 0
         self.replacements = 0
@@ -126,7 +127,8 @@ def synthesize_suite(
     name, repo = copy_repository(config)
     report = None
     try:
-        runner = SandboxPytest(lambda: start_sandbox(sandbox_config, repo))
+        key = sandbox_config.model_dump_json(include={"backend", "image", "python_env"})
+        runner = SandboxPytest(lambda: start_sandbox(sandbox_config, repo), key)
         try:
             check = validator(sandbox_config, concurrency) if validate else None
             report = synthesize(config, repo, name, runner, check, on_trial)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import random
 import re
 import shutil
@@ -72,6 +73,9 @@ class PytestRun(BaseModel):
 
 class PytestRunner(Protocol):
     """A repository in a sandbox whose files can be overwritten and whose tests can be run."""
+
+    key: str
+    """What runs the tests (backend, image, Python environment): a cached baseline is one of these."""
 
     def write_file(self, path: str, text: str) -> None:
         """Overwrites a file of the repository (a path relative to its root)."""
@@ -153,6 +157,8 @@ class SynthReport(BaseModel):
     rejected: dict[str, list[str]] = Field(default_factory=dict)
     """Task id -> problems: tasks the check refused, removed again."""
     baseline_s: float = 0.0
+    baseline_cached: bool = False
+    """The baseline came from the cache: this repository, at this content, was traced before."""
     trials_s: float = 0.0
     check_s: float = 0.0
     duration_s: float = 0.0
@@ -269,6 +275,38 @@ def run_baseline(runner: PytestRunner, tests: list[str], sources: list[str], tim
     if not by_line:
         raise SynthError(f"the {len(passing)} passing tests run no line of the repository's own code")
     return Baseline(passing=passing, by_line=by_line, duration_s=plain.duration_s)
+
+
+BASELINE_FORMAT = 1
+"""Raised when what a baseline holds, or how it is measured, changes: older cached ones are not read."""
+
+
+def baseline_key(repo: Path, tests: list[str], sources: list[str], runner: str) -> str:
+    """The repository's every file (path and content), the files run and traced, and the runner."""
+    digest = hashlib.sha256(json.dumps([BASELINE_FORMAT, tests, sources, runner]).encode())
+    for path in sorted(
+        str(p.relative_to(repo)) for p in repo.rglob("*") if p.is_file() and not p.is_symlink()
+    ):
+        digest.update(f"{path}\0".encode() + hashlib.sha256((repo / path).read_bytes()).digest())
+    return digest.hexdigest()[:24]
+
+
+def cached_baseline(
+    runner: PytestRunner, repo: Path, tests: list[str], sources: list[str], timeout: float, runner_key: str
+) -> tuple[Baseline, bool]:
+    """The baseline of `repo`, measured once per repository content and runner, then read from the cache
+    (tracing a repository of 700 tests took 9 minutes); whether it came from the cache."""
+    path = cache_root().parent / "baselines" / f"{baseline_key(repo, tests, sources, runner_key)}.json"
+    try:
+        return Baseline.model_validate_json(path.read_text()), True
+    except (OSError, ValueError):
+        pass
+    baseline = run_baseline(runner, tests, sources, timeout)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staged = path.with_suffix(f".{os.getpid()}.tmp")
+    staged.write_text(baseline.model_dump_json())
+    staged.replace(path)
+    return baseline, False
 
 
 def _why_none_pass(run: PytestRun) -> str:
@@ -540,7 +578,9 @@ def synthesize(
     """Tries mutations until `config.n` tasks are written (and pass `check`), or none are left."""
     started = time.monotonic()
     tests = find_test_files(repo)
-    baseline = run_baseline(runner, tests, find_source_files(repo), config.baseline_timeout_s)
+    baseline, cached = cached_baseline(
+        runner, repo, tests, find_source_files(repo), config.baseline_timeout_s, runner.key
+    )
     order = candidates(repo, baseline, config.seed)
     if not order:
         raise SynthError(f"{repo}: no mutation possible on the lines the tests cover")
@@ -553,6 +593,7 @@ def synthesize(
         covered_lines=baseline.covered_lines(),
         candidates=len(order),
         baseline_s=time.monotonic() - started,
+        baseline_cached=cached,
     )
     search = Search(config, repo, name, runner, baseline, order, visible_test_command(tests))
     budget = config.max_tries or 25 * config.n

@@ -297,7 +297,9 @@ def test_synthesized_suite_validates_and_is_reproducible(
     assert len(bases) == 6  # no two tasks start from the same code
 
     again = tmp_path / "again"
-    synthesize_suite(config.model_copy(update={"out": again}), sandbox, validate=False)
+    second = synthesize_suite(config.model_copy(update={"out": again}), sandbox, validate=False)
+    assert second.baseline_cached  # the same repository, traced once (issue 16: 9 minutes on a large one)
+    assert (second.passing_tests, second.covered_lines) == (report.passing_tests, report.covered_lines)
     for task in tasks:
         assert (again / task.id / "task.yaml").read_text() == (out / task.id / "task.yaml").read_text()
 
