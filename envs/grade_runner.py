@@ -39,13 +39,15 @@ from __future__ import annotations
 import os
 import sys
 
+
+def _inside(path: str, root: str) -> bool:
+    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
+
+
 FULL_PATH = list(sys.path)
 """sys.path as Python's start-up made it: the one the tests run with."""
 if __name__ == "__main__" and len(sys.argv) > 3:  # run as the grader's runner, not imported by the harness
-    _repository = os.path.realpath(sys.argv[3]).rstrip("/") + "/"
-    sys.path[:] = [
-        p for p in sys.path if not os.path.realpath(os.path.join(p or ".", "x")).startswith(_repository)
-    ]
+    sys.path[:] = [p for p in sys.path if not _inside(os.path.join(p or ".", "x"), sys.argv[3])]
 
 import hashlib
 import importlib
@@ -286,10 +288,6 @@ def _digest(path: str) -> str:
             return hashlib.sha256(f.read()).hexdigest()
     except OSError:
         return "unreadable"
-
-
-def _inside(path: str, root: str) -> bool:
-    return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
 
 
 class Guard:

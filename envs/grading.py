@@ -158,11 +158,9 @@ def grade_patch(
         base = start_tree(task, sandbox_config)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
-    with tempfile.TemporaryDirectory(prefix="harness-judge-") as tmp:
-        error = apply_patch(base, patch, Path(tmp) / "repo")
-        if error is not None:
-            return empty.model_copy(update={"apply_error": error, "duration_s": time.monotonic() - started})
-        judged = judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
+    judged = judge_patch(base, patch, task)
+    if isinstance(judged, str):
+        return empty.model_copy(update={"apply_error": judged, "duration_s": time.monotonic() - started})
     empty = empty.model_copy(
         update={
             "dropped_paths": sorted(judged.dropped),
@@ -180,6 +178,16 @@ def grade_patch(
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
         sandbox.close()
+
+
+def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
+    """What grading keeps of the tree `patch` makes of `base` (`envs/judge.py`); the reason, when it does
+    not apply."""
+    with tempfile.TemporaryDirectory(prefix="harness-judge-") as tmp:
+        error = apply_patch(base, patch, Path(tmp) / "repo")
+        return (
+            error if error is not None else judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
+        )
 
 
 def _write_kept(sandbox: ExecutorSandbox, judged: Judged) -> None:
@@ -443,11 +451,9 @@ def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str
     run), the fixed files written into /repo, the agent's diff collected from it and graded. A task whose
     right fix scores below 1 this way (setup output in the diff, files a sandbox cannot hold) is one no
     agent can solve, though its gold patch grades 1 when applied directly."""
-    base = start_tree(task, sandbox_config)
-    with tempfile.TemporaryDirectory(prefix="harness-gold-") as tmp:
-        if apply_patch(base, task.gold_patch or "", Path(tmp) / "repo") is not None:
-            return []  # the direct grade says why
-        fixed = judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
+    fixed = judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task)
+    if isinstance(fixed, str):
+        return []  # the direct grade says why
     try:
         sandbox = start_task_sandbox(task, sandbox_config)
         try:

@@ -17,6 +17,8 @@ import subprocess
 import sys
 import venv
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from envs.sandbox import SandboxError
@@ -33,12 +35,26 @@ class EnvBuildError(SandboxError):
     """The environment could not be built (no package index, pip failed), or a configured one is not one."""
 
 
+def harness_cache() -> Path:
+    """The harness's cache folder on the host ($XDG_CACHE_HOME/harness, else ~/.cache/harness)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
+
+
+@contextmanager
+def locked_beside(folder: Path) -> Iterator[None]:
+    """An exclusive lock on a file beside `folder`: two processes that make it at once make it once (the
+    second finds the first's)."""
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def default_env_dir() -> Path:
     """Where the environment for this Python and these requirements lives: one per pair."""
     version = ".".join(map(str, sys.version_info[:3]))
     key = hashlib.sha256("\n".join([sys.base_prefix, *REQUIREMENTS]).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness" / "envs"
-    return root / f"sandbox-py{version}-{key}"
+    return harness_cache() / "envs" / f"sandbox-py{version}-{key}"
 
 
 def is_built(folder: Path) -> bool:
@@ -49,9 +65,7 @@ def build_env(folder: Path | None = None, quiet: bool = False) -> Path:
     """Makes the environment (once: a built one is kept) and returns its folder. Needs the package index,
     or pip's configured mirror; the lock of what it installed is in `harness-env.json`."""
     folder = folder or default_env_dir()
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two builds at once: the second finds the first's
+    with locked_beside(folder):
         if is_built(folder):
             return folder
         shutil.rmtree(folder, ignore_errors=True)

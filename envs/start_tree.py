@@ -15,7 +15,6 @@ changed in the agent's diff, where grading drops or rewrites it like any other.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
@@ -25,7 +24,8 @@ import threading
 from pathlib import Path
 
 from envs.factory import resolve_backend, start_task_sandbox
-from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+from envs.python_env import locked_beside
+from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
 from tasks.model import Task
 from tasks.suite import cache_root
 
@@ -45,9 +45,7 @@ def start_tree(task: Task, config: SandboxConfig) -> Path:
         if settings in _made:
             return _made[settings]
     folder = cache_root().parent / "start-trees" / f"{task.id}-{_key(task.repo, settings)}"
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # runs that start together make it once
+    with locked_beside(folder):  # runs that start together make it once
         if not (folder / MARKER).is_file():
             _make(task, config, folder)
     with _lock:
@@ -55,11 +53,11 @@ def start_tree(task: Task, config: SandboxConfig) -> Path:
     return folder / "repo"
 
 
-def run_setup(sandbox: object, task: Task, timeout: float | None = None) -> None:
+def run_setup(sandbox: Sandbox, task: Task, timeout: float | None = None) -> None:
     """Runs the task's setup commands (`Task.setup`) in `sandbox`; the first that fails raises
     `SandboxError`."""
     for command in task.setup():
-        result = sandbox.run(command, timeout=timeout)  # type: ignore[attr-defined]
+        result = sandbox.run(command, timeout=timeout)
         if result.exit_code != 0:
             raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")
 

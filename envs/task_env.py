@@ -14,22 +14,18 @@ build backend: nothing of the environment is in /repo, so nothing of it is in th
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
 import venv
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from envs.docker import ensure_image
-from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError
+from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError, harness_cache, locked_beside
 from envs.sandbox import SandboxConfig
 from tasks.environment import Environment
 from tasks.model import Task
@@ -56,10 +52,6 @@ the packages the host installed as a site folder (their own path files read, as 
 repository's own folder."""
 
 
-def cache() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "harness"
-
-
 def env_key(environment: Environment, base_image: str = "") -> str:
     """One key per Python, sandbox requirements, task environment (and, for Docker, base image)."""
     fields = [sys.base_prefix, *REQUIREMENTS, environment.model_dump_json(), base_image]
@@ -73,7 +65,7 @@ def requirements_of(environment: Environment) -> list[str]:
 def fetch_wheels(requirements: list[str], quiet: bool) -> Path:
     """Resolves `requirements` on the host and puts a wheel of each, their dependencies included, in the
     wheel cache (from the package index, or pip's configured mirror); returns the cache's folder."""
-    wheels = cache() / "wheels"
+    wheels = harness_cache() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     done = subprocess.run(
@@ -130,13 +122,13 @@ def repo_path(environment: Environment) -> str:
 
 def bwrap_env_dir(environment: Environment) -> Path:
     version = ".".join(map(str, sys.version_info[:3]))
-    return cache() / "envs" / f"task-py{version}-{env_key(environment)}"
+    return harness_cache() / "envs" / f"task-py{version}-{env_key(environment)}"
 
 
 def build_bwrap_env(environment: Environment, quiet: bool = False) -> Path:
     """The virtual environment of `environment` for bubblewrap sandboxes (made once)."""
     folder = bwrap_env_dir(environment)
-    with _locked(folder):
+    with locked_beside(folder):
         if (folder / MARKER).is_file():
             return folder
         shutil.rmtree(folder, ignore_errors=True)
@@ -158,8 +150,8 @@ def docker_env_image(environment: Environment, base_image: str) -> tuple[str, Pa
     packages installed for the image, made once. The image itself is built from it offline when a
     sandbox first needs it (`envs.docker.ensure_image`)."""
     key = env_key(environment, base_image)
-    context = cache() / "envs" / f"docker-{key}"
-    with _locked(context):
+    context = harness_cache() / "envs" / f"docker-{key}"
+    with locked_beside(context):
         if not (context / MARKER).is_file():
             shutil.rmtree(context, ignore_errors=True)
             requirements = requirements_of(environment)
@@ -177,7 +169,7 @@ def docker_env_image(environment: Environment, base_image: str) -> tuple[str, Pa
 
 def docker_env_ready(environment: Environment, base_image: str) -> bool:
     key = env_key(environment, base_image)
-    return (cache() / "envs" / f"docker-{key}" / MARKER).is_file()
+    return (harness_cache() / "envs" / f"docker-{key}" / MARKER).is_file()
 
 
 def _record(folder: Path, environment: Environment, pip: list[str], target: Path | None = None) -> None:
@@ -186,15 +178,6 @@ def _record(folder: Path, environment: Environment, pip: list[str], target: Path
     frozen = subprocess.run(listed, capture_output=True, text=True).stdout.split()
     record = {"environment": environment.model_dump(), "python": sys.base_prefix, "installed": frozen}
     (folder / MARKER).write_text(json.dumps(record, indent=1))
-
-
-@contextmanager
-def _locked(folder: Path) -> Iterator[None]:
-    """An exclusive lock beside `folder`: two builds of one environment at once make it once."""
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.parent / f".{folder.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
 
 
 def build_task_env(task: Task, config: SandboxConfig, quiet: bool = False) -> str:
