@@ -154,6 +154,10 @@ def kill_all(grace_s: float) -> bool:
 def child_setup() -> None:  # runs in the forked child before exec
     signal.set_wakeup_fd(-1)
     os.setsid()
+    # The executor shares its sandbox's CPU cap with the command: at the lowest priority, a command
+    # of many processes (a fork bomb) cannot take the executor's share of that cap, so the executor still
+    # sees its deadline and kills it.
+    os.nice(19)
     try:  # the agent's processes, not the executor, are what the OOM killer should pick
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")

@@ -701,9 +701,61 @@ def premade(args: list[str]) -> Any:
     try:
         from _pytest.config import get_config
 
-        return get_config(list(args))
+        config = get_config(list(args))
     except Exception:
         return None
+    _reuse_option_parsers(config)
+    return config
+
+
+def _reuse_option_parsers(config: Any) -> None:
+    """pytest builds its argparse parser from scratch each time it parses (five times in a child's
+    configuration: 5 of a child's 12 ms to configure, pytest 7.2 in the sandbox image). The parser made
+    for one set of options is kept and handed out again while no option is added (a plugin or conftest
+    that adds one gets a fresh parser); built once here, so that every child starts with it."""
+    parser_type: Any = type(getattr(config, "_parser", None))
+    build = getattr(parser_type, "_getparser", None)
+    if build is None or not hasattr(config._parser, "_groups") or not hasattr(config._parser, "_anonymous"):
+        return  # another pytest: every child builds its own, as pytest does
+
+    def reused(parser: Any) -> Any:
+        groups = [*parser._groups, parser._anonymous]
+        key = (
+            tuple(map(id, groups)),
+            tuple(len(g.options) for g in groups),
+            parser.prog,
+            id(parser.extra_info),
+        )
+        kept = vars(parser).get("_harness_parser")
+        if kept is None or kept[0] != key:
+            kept = (key, build(parser))
+            parser._harness_parser = kept
+        return kept[1]
+
+    parser_type._getparser = reused
+    try:
+        reused(config._parser)
+    except Exception:
+        parser_type._getparser = build
+
+
+def _mark_items_checked() -> None:
+    """pytest marks each Item class the first time it makes one, after checking its bases
+    (`_check_item_and_collector_diamond_inheritance`). Marked here for pytest's own item classes, whose
+    bases pass that check, so that a child does not add the mark to them itself: a class that gained a
+    name sends the fingerprint's check down its slow path, name by name (3 of a child's 5 ms in it)."""
+    from _pytest.nodes import Collector, Item
+
+    mark = "_pytest_diamond_inheritance_warning_shown"
+    found, todo = [], [Item]
+    while todo:
+        cls = todo.pop()
+        found.append(cls)
+        todo += cls.__subclasses__()
+    for cls in found:
+        ours = cls.__module__.split(".")[0] in ("_pytest", "pytest") and mark not in vars(cls)
+        if ours and not any(issubclass(base, Collector) for base in cls.__bases__):
+            setattr(cls, mark, True)
 
 
 def run_pytest(config: Any, args: list[str], plugins: list[object]) -> int:
@@ -833,6 +885,10 @@ def warm_up(root: str) -> None:
     # inspect's map of files to modules, which pytest's report of a failure fills by resolving the path
     # of every module loaded (a third of a failing child's time): made here once, for what is loaded now.
     inspect.getmodule(compile("", "<harness-grader>", "exec"))
+    try:
+        _mark_items_checked()
+    except (ImportError, AttributeError):  # another pytest
+        pass
     import gc
 
     gc.collect()

@@ -33,6 +33,7 @@ import secrets
 import shutil
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -158,8 +159,8 @@ def grade_patch(
         base = start_tree(task, sandbox_config)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
-    judged = judge_patch(base, patch, task)
-    if isinstance(judged, str):
+    judged, sandbox = _judge_while_starting(task, base, patch, sandbox_config)
+    if isinstance(judged, str):  # a patch that does not apply is told as such, whatever the sandbox did
         return empty.model_copy(update={"apply_error": judged, "duration_s": time.monotonic() - started})
     empty = empty.model_copy(
         update={
@@ -168,16 +169,38 @@ def grade_patch(
             "graded_patch": judged.patch,
         }
     )
-    try:
-        sandbox = start_task_sandbox(task, sandbox_config)
-    except SandboxError as e:
-        return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
+    if isinstance(sandbox, SandboxError):
+        return empty.model_copy(
+            update={"infra_error": str(sandbox), "duration_s": time.monotonic() - started}
+        )
     try:
         return _grade_in(sandbox, task, judged, empty, reward_config, started, trial)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
         sandbox.close()
+
+
+def _judge_while_starting(
+    task: Task, base: Path, patch: str, config: SandboxConfig
+) -> tuple[Judged | str, ExecutorSandbox | SandboxError]:
+    """`judge_patch` here while the grading sandbox starts in a thread (mostly the daemon's or the
+    kernel's work: a third of the start on Docker overlaps the judging). The sandbox is closed again when
+    the patch does not apply, or when judging fails."""
+    with ThreadPoolExecutor(1, thread_name_prefix="grade-start") as pool:
+        starting = pool.submit(start_task_sandbox, task, config)
+        judged: Judged | str | None = None
+        try:
+            judged = judge_patch(base, patch, task)
+        finally:
+            try:
+                sandbox: ExecutorSandbox | SandboxError = starting.result()
+            except SandboxError as e:
+                sandbox = e
+            if not isinstance(judged, Judged) and isinstance(sandbox, ExecutorSandbox):
+                sandbox.close()  # not graded: the patch does not apply, or judging raised
+    assert judged is not None
+    return judged, sandbox
 
 
 def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
@@ -211,22 +234,23 @@ def _grade_in(
     trial: list[Canary] | None,
 ) -> Grade:
     timeout = task.limits.grade_timeout_s
-    run_setup(sandbox, task, timeout)  # /repo is now the start tree the patch was judged against
-    grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
-    _write_kept(sandbox, judged)
-    verifier = task.hidden_tests.verifier
-    plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial)
-    for path, content in plan.files.items():
-        sandbox.write_file(path, content.encode())
-    if verifier is not None:
-        tests = HiddenRun(*_run_verifier(sandbox, verifier, timeout))
-    else:
-        tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
+    with ThreadPoolExecutor(1, thread_name_prefix="grade-static") as pool:  # while the tests run
+        static = pool.submit(_static_terms, task, judged, reward_config)
+        run_setup(sandbox, task, timeout)  # /repo is now the start tree the patch was judged against
+        grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
+        _write_kept(sandbox, judged)
+        verifier = task.hidden_tests.verifier
+        plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial)
+        for path, content in plan.files.items():
+            sandbox.write_file(path, content.encode())
+        if verifier is not None:
+            tests = HiddenRun(*_run_verifier(sandbox, verifier, timeout))
+        else:
+            tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
+        judged_simplicity, suspect = static.result()
     f2p, p2p, score, timed_out = tests.fail_to_pass, tests.pass_to_pass, tests.score, tests.timed_out
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
-    judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
-    suspect = suspicions(judged.before, judged.after)
     return empty.model_copy(
         update={
             "correct": correct,
@@ -242,6 +266,13 @@ def _grade_in(
             "collect_errors": tests.collect_errors,
         }
     )
+
+
+def _static_terms(task: Task, judged: Judged, reward_config: RewardConfig) -> tuple[Simplicity, list[str]]:
+    """What the graded diff itself decides: the simplicity term and the static suspicions (host CPU, a
+    tenth of a grade on Docker, done while the sandbox runs the tests)."""
+    judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
+    return judged_simplicity, suspicions(judged.before, judged.after)
 
 
 MESSAGE = 300

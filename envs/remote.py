@@ -21,6 +21,7 @@ CALL_MARGIN_S = 10.0
 SCRATCH = ["/tmp", "/dev/shm", "/dev/mqueue"]
 """The writable folders besides the repository, emptied by reset."""
 DIED_OUT_OF_MEMORY = "the sandbox died: out of memory"
+HIT_PROCESS_LIMIT = "the sandbox hit its process limit (fork bomb?)"
 
 
 class Isolation(Protocol):
@@ -163,18 +164,25 @@ class ExecutorSandbox:
                 reply = self.channel.call(request, timeout)
             except SandboxUnusable as e:
                 reason = self._death_reason(str(e))
-                self._mark_failed(reason, limit=reason == DIED_OUT_OF_MEMORY)
+                self._mark_failed(
+                    reason, limit=reason == DIED_OUT_OF_MEMORY or reason.startswith(HIT_PROCESS_LIMIT)
+                )
                 raise SandboxUnusable(self.failure or str(e)) from e
         if check and not reply["ok"]:
             raise SandboxError(reply["error"])
         return reply
 
     def _death_reason(self, fallback: str) -> str:
+        """Why the executor stopped answering. A fork bomb under a tight CPU cap can keep the executor
+        off the CPU for seconds (the cap's periods go to the bomb's processes, measured up to 5 s on a
+        2-core host at 0.125 cpus), past the host's margin: the limit counter still tells what happened."""
+        pids, ooms = self.isolation.limit_events()
         if not self.isolation.alive():
-            _, ooms = self.isolation.limit_events()
             if ooms > self._events[1]:
                 return DIED_OUT_OF_MEMORY
             return f"the sandbox died ({self.isolation.describe()})"
+        if pids > self._events[0]:
+            return f"{HIT_PROCESS_LIMIT}; {fallback}"
         return fallback
 
     def _check_limits(self, reply: dict[str, Any]) -> str | None:
@@ -182,7 +190,7 @@ class ExecutorSandbox:
         before_pids, before_ooms = self._events
         self._events = (pids, ooms)
         if pids > before_pids or reply["peak_procs"] >= self.config.pids_limit - 2:
-            return "the sandbox hit its process limit (fork bomb?)"
+            return HIT_PROCESS_LIMIT
         if ooms > before_ooms:
             return "the sandbox ran out of memory"
         if not reply.get("clean", True):

@@ -240,3 +240,34 @@ def test_scratch_folders_leave_a_bound_environment_unread_and_in_place(tmp_path:
         "mounts": [f"{scratch}/env/lib"], "read under the mount": [], "left": False, "kept": "kept\n",
         "bound": "VALUE = 1\n",
     }  # fmt: skip
+
+
+FAST_PATH = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import pytest
+from envs import grade_runner
+if sys.argv[3] == "marked":
+    grade_runner._mark_items_checked()
+fingerprint = grade_runner.Fingerprint()
+pytest.main([sys.argv[2], "-q", "-p", "no:cacheprovider"])
+print(fingerprint.unchanged(), fingerprint.changes())
+"""
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marked", "unmarked"])
+def test_an_honest_session_keeps_the_fingerprint_on_its_fast_path(tmp_path: Path, marked: bool) -> None:
+    """pytest marks an item class the first time it makes one; marked in the zygote beforehand
+    (`_mark_items_checked`), a child's honest session changes no watched class, and its check ends after
+    the one-pass comparison. Unmarked, the class gained a name: the slow path ran, to find nothing."""
+    test = tmp_path / "test_one.py"
+    test.write_text("def test_one():\n    assert 1 + 1 == 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", FAST_PATH, str(ROOT), str(test), "marked" if marked else "unmarked"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == f"{marked} []", proc.stdout[-2000:]

@@ -9,8 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import collect_patch, grade_patch, validate_task
+from envs.grading import RUNNER, collect_patch, grade_patch, validate_task
+from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
+from tasks.canaries import Canary
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
@@ -304,3 +306,66 @@ def test_a_hidden_file_that_cannot_be_collected_says_why(backend: str, tmp_path:
     (problem,) = validate_task(task.model_copy(update={"gold_patch": ADD_FIX}), config, repeats=1).problems
     assert "not collected: tests/test_add.py: ModuleNotFoundError: No module named 'calc'" in problem
     assert "a src/ layout?" in problem
+
+
+OPTION_CONFTEST = """
+def pytest_addoption(parser):
+    parser.addoption("--flavour", default="plain", help="added by the repository")
+"""
+OPTION_TEST = """
+from pkg.calc import add
+
+
+def test_add(request):
+    assert request.config.getoption("flavour") == "plain"
+    assert add(2, 3) == 5
+"""
+
+
+def test_an_option_a_repository_conftest_adds_is_parsed_in_every_child(backend: str, tmp_path: Path) -> None:
+    """The runner hands a child the option parser pytest built before (`_reuse_option_parsers`, pytest 7
+    in both sandboxes): a conftest that adds an option still configures, in the real test's child and
+    in the canary's, and its default reaches the test."""
+    task = unittest_task(tmp_path, OPTION_TEST)
+    task = task.model_copy(
+        update={
+            "hidden_tests": task.hidden_tests.model_copy(
+                update={"fail_to_pass": ["tests/test_add.py::test_add"]}
+            )
+        }
+    )
+    (task.repo / "conftest.py").write_text(OPTION_CONFTEST)
+    sweet = OPTION_TEST.replace('== "plain"', '== "sweet"')
+    canary = Canary(file="tests/test_add.py", test="test_add", mutation="plain became sweet", source=sweet)
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+
+    grade = grade_patch(task, ADD_FIX, config, trial=[canary])
+
+    assert grade.tampering == [] and grade.collect_errors == {}, grade
+    assert grade.fail_to_pass == {"tests/test_add.py::test_add": "passed"} and grade.correct == 1.0
+    assert grade.canaries == {canary.label: "failed"}
+
+
+REUSED_PARSER = """
+import sys
+sys.path.insert(0, "/tmp")
+import runner
+config = runner.premade(["-p", "no:cacheprovider"])
+parser = config._parser
+first = parser._getparser()
+assert parser._getparser() is first, "not reused"
+parser.addoption("--flavour", default="plain")
+print(parser._getparser() is first, parser._getparser().parse_known_args(["--flavour", "sweet"])[0].flavour)
+"""
+
+
+def test_a_reused_option_parser_is_built_again_once_an_option_is_added(
+    make_sandbox: Callable[..., ExecutorSandbox],
+) -> None:
+    """In the sandbox's pytest (7.2, which builds its argparse parser afresh at every parse), the parser
+    is reused while the options are the same, and built again when a plugin or conftest adds one."""
+    sandbox = make_sandbox()
+    sandbox.write_file("/tmp/runner.py", RUNNER.read_bytes())
+    result = sandbox.run(["python3", "-c", REUSED_PARSER])
+    assert result.exit_code == 0, result.output
+    assert result.output.split() == ["False", "sweet"], result.output

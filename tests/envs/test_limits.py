@@ -3,6 +3,7 @@ fork and memory bombs stay inside and break only their own sandbox, and there is
 
 from __future__ import annotations
 
+import re
 import resource
 import socket
 import threading
@@ -14,6 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from envs import remote
 from envs.bwrap import BwrapIsolation
 from envs.docker import DockerIsolation
 from envs.remote import ExecutorSandbox
@@ -216,6 +218,32 @@ def test_a_fork_bomb_stays_inside_and_breaks_only_its_sandbox(make_sandbox: Make
     sandbox.close()
     assert len(psutil.pids()) - host_pids.start < 30
     assert neighbour.run("echo unharmed").output == "unharmed\n"
+
+
+@pytest.mark.parametrize("command", [FORK_BOMBS["python"], "sleep 30"], ids=["fork-bomb", "sleep"])
+def test_an_executor_that_does_not_answer_in_time_is_told_apart_by_the_limit_counters(
+    make_sandbox: MakeSandbox, command: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork bomb under a tight CPU cap can keep the executor off the CPU past the host's margin (a
+    CI run: 12.5 s for a 2 s command). The host then tells the process limit from a hang by the
+    sandbox's own counters. Here the host gives up a second into the command, while it still runs."""
+    sandbox = make_sandbox(**SMALL)
+    monkeypatch.setattr(remote, "CALL_MARGIN_S", -(SMALL["kill_grace_s"] + 2.0))
+
+    with pytest.raises(SandboxUnusable) as raised:
+        sandbox.run(command, timeout=3)  # the host waits 1 s
+
+    failure = sandbox.failure
+    assert failure is not None and str(raised.value) == failure
+    counted = sandbox.isolation.limit_events()[0] > 0  # no counter where bwrap has rlimits only
+    if command == "sleep 30" or not counted:
+        assert failure.startswith("executor did not answer"), failure
+        assert not sandbox.limit_hit
+    else:
+        assert failure.startswith(remote.HIT_PROCESS_LIMIT), failure
+        assert sandbox.limit_hit
+    with pytest.raises(SandboxUnusable, match=re.escape(failure)):
+        sandbox.run("true")
 
 
 @HOST_WIDE
