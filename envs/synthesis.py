@@ -1,7 +1,8 @@
 """Task synthesis in a sandbox: `tasks.synth` with its tests run by `pytest_runner.py`, then validated.
 
-One sandbox, started from the suite's copy of the repository, serves the whole synthesis: a mutation is
-written over its file, the tests run, the original is written back. Every task written is then
+`concurrency` sandboxes, each started from the suite's copy of the repository, serve the whole
+synthesis: a mutation is written over its file in one of them, the tests run, the original is written
+back. Every task written is then
 validated as `harness tasks validate` does (gold patch 1, empty patch 0, in fresh sandboxes), and one
 that fails is removed again.
 
@@ -68,10 +69,13 @@ class SandboxPytest:
     def write_file(self, path: str, text: str) -> None:
         self.sandbox.write_file(path, text.encode())
 
-    def run_tests(self, targets: list[str], trace: list[str], timeout: float) -> PytestRun:
+    def run_tests(
+        self, targets: list[str], trace: list[str], timeout: float, test_timeout: float | None = None
+    ) -> PytestRun:
         self.runs += 1
         report = f"{self.dir}/report-{self.runs}.json"
-        spec = {"report": report, "ini": f"{self.dir}/pytest.ini", "root": WORKDIR, "targets": targets}
+        spec: dict[str, object] = {"report": report, "ini": f"{self.dir}/pytest.ini", "root": WORKDIR}
+        spec |= {"targets": targets, "test_timeout": test_timeout}
         self.sandbox.write_file(f"{self.dir}/spec.json", json.dumps({**spec, "trace": trace}).encode())
         result = self.sandbox.run(
             ["python3", "-I", "-B", f"{self.dir}/runner.py", f"{self.dir}/spec.json"],
@@ -123,17 +127,28 @@ def synthesize_suite(
     concurrency: int = 2,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> SynthReport:
-    """Copies the repository into the suite, synthesizes tasks in one sandbox, validates each."""
+    """Copies the repository into the suite, synthesizes tasks in `concurrency` sandboxes side by side
+    (the same tasks as in one), and validates each, `concurrency` at a time."""
     name, repo = copy_repository(config)
     report = None
     try:
         key = sandbox_config.model_dump_json(include={"backend", "image", "python_env"})
-        runner = SandboxPytest(lambda: start_sandbox(sandbox_config, repo), key)
+        runners: list[SandboxPytest] = []
         try:
+            with ThreadPoolExecutor(max(1, concurrency)) as pool:
+                starting = [
+                    pool.submit(SandboxPytest, lambda: start_sandbox(sandbox_config, repo), key)
+                    for _ in range(max(1, concurrency))
+                ]
+                failed = [e for e in (f.exception() for f in starting) if e is not None]
+                runners += [f.result() for f in starting if f.exception() is None]
+            if failed:  # every sandbox started is closed below
+                raise failed[0]
             check = validator(sandbox_config, concurrency) if validate else None
-            report = synthesize(config, repo, name, runner, check, on_trial)
+            report = synthesize(config, repo, name, runners, check, on_trial)
         finally:
-            runner.close()
+            for runner in runners:
+                runner.close()
     finally:
         unused = not any(config.out.glob(f"{name}-[0-9][0-9][0-9]*/task.yaml"))
         if (report is None or not report.tasks) and unused:  # no task uses it: leave it out of the suite

@@ -382,6 +382,12 @@ def add_synth_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentPar
     p.add_argument("--per-function", type=int, default=2, help="most tasks from one function (default 2)")
     p.add_argument("--backend", default="auto")
     p.add_argument("--no-validate", action="store_true", help="skip validating each task (gold 1, empty 0)")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=2,
+        help="sandboxes side by side for tracing, trials and validation (default 2; the same tasks at any)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_tasks_synth)
 
@@ -410,7 +416,11 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
             where = f"{trial.path}:{trial.line} {trial.function}"
             print(f"{trial.operator:<18} {where}: {trial.verdict}", file=sys.stderr)
 
-    report = synthesize_suite(config, sandbox, validate=not args.no_validate, on_trial=show)
+    if args.concurrency < 1:
+        raise SystemExit("harness tasks synth: --concurrency must be at least 1")
+    report = synthesize_suite(
+        config, sandbox, validate=not args.no_validate, concurrency=args.concurrency, on_trial=show
+    )
     if args.json:
         extra = {"tried": report.tried, "kept": report.kept, "tasks_per_minute": report.tasks_per_minute}
         print(json.dumps({**report.model_dump(mode="json"), **extra}, indent=1))

@@ -14,6 +14,10 @@
    names and assertion messages, which never quotes the mutated code.
 
 The sandbox is behind `PytestRunner`, so this module needs no sandbox code (`envs.synthesis` runs it).
+With several runners (each a sandbox of its own), the traced run is split over them by test file, and
+trials run side by side; their verdicts are still decided in the candidates' order, so the tasks made
+are the same at any concurrency. A test that runs far longer than the slowest one did in the baseline
+is stopped on its own (a mutation that loops forever), and its trial counts as a time-out.
 """
 
 from __future__ import annotations
@@ -30,9 +34,11 @@ import sys
 import tarfile
 import time
 import zipfile
-from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from queue import Queue
 from typing import Literal, Protocol
 
 import yaml
@@ -65,6 +71,10 @@ class PytestRun(BaseModel):
     collect_errors: dict[str, str] = Field(default_factory=dict)
     coverage: dict[str, dict[str, list[int]]] = Field(default_factory=dict)
     """Node id -> repository path -> lines it ran (only when the run traced)."""
+    durations: dict[str, float] = Field(default_factory=dict)
+    """Node id -> seconds of its setup, call and teardown."""
+    timed_out_tests: list[str] = Field(default_factory=list)
+    """Tests stopped for running past the run's per-test time limit."""
     timed_out: bool = False
     crashed: bool = False
     """The run ended without a report (the process died)."""
@@ -81,8 +91,11 @@ class PytestRunner(Protocol):
         """Overwrites a file of the repository (a path relative to its root)."""
         ...
 
-    def run_tests(self, targets: list[str], trace: list[str], timeout: float) -> PytestRun:
-        """Runs pytest on test files or node ids; records the lines of `trace` files each test ran."""
+    def run_tests(
+        self, targets: list[str], trace: list[str], timeout: float, test_timeout: float | None = None
+    ) -> PytestRun:
+        """Runs pytest on test files or node ids; records the lines of `trace` files each test ran.
+        `timeout` bounds the whole run, `test_timeout` each test."""
         ...
 
 
@@ -246,6 +259,8 @@ class Baseline(BaseModel):
     """Repository path -> line -> the passing tests that ran it."""
     duration_s: float
     """Wall time of one untraced run of the whole suite."""
+    slowest_s: float = 0.0
+    """The longest a passing test took in that run (setup, call and teardown)."""
 
     def tests_of(self, mutation: Mutation) -> set[str]:
         lines = self.by_line.get(mutation.path, {})
@@ -255,9 +270,13 @@ class Baseline(BaseModel):
         return sum(len(lines) for lines in self.by_line.values())
 
 
-def run_baseline(runner: PytestRunner, tests: list[str], sources: list[str], timeout: float) -> Baseline:
-    traced = runner.run_tests(tests, sources, timeout)
-    plain = runner.run_tests(tests, [], timeout)
+def run_baseline(
+    runners: Sequence[PytestRunner], tests: list[str], sources: list[str], timeout: float
+) -> Baseline:
+    """The traced run, split by test file over the runners, then one untraced run of the whole suite
+    alone (its duration sets the time limits of the trials and of the agent's test command)."""
+    traced = traced_run(runners, tests, sources, timeout)
+    plain = runners[0].run_tests(tests, [], timeout)
     if traced.timed_out or plain.timed_out:
         raise SynthError(f"the test suite did not finish in {timeout:.0f} s")
     passing = sorted(
@@ -274,10 +293,32 @@ def run_baseline(runner: PytestRunner, tests: list[str], sources: list[str], tim
                 by_line.setdefault(path, {}).setdefault(line, []).append(test)
     if not by_line:
         raise SynthError(f"the {len(passing)} passing tests run no line of the repository's own code")
-    return Baseline(passing=passing, by_line=by_line, duration_s=plain.duration_s)
+    slowest = max((plain.durations.get(t, 0.0) for t in passing), default=0.0)
+    return Baseline(passing=passing, by_line=by_line, duration_s=plain.duration_s, slowest_s=slowest)
 
 
-BASELINE_FORMAT = 1
+def traced_run(
+    runners: Sequence[PytestRunner], tests: list[str], sources: list[str], timeout: float
+) -> PytestRun:
+    """The traced run of `tests`, as many shards as runners (every n-th test file), side by side, merged."""
+    shards = [tests[k :: len(runners)] for k in range(len(runners)) if tests[k :: len(runners)]]
+    if len(shards) <= 1:
+        return runners[0].run_tests(tests, sources, timeout)
+    with ThreadPoolExecutor(len(shards), thread_name_prefix="synth-trace") as pool:
+        runs = list(pool.map(lambda k: runners[k].run_tests(shards[k], sources, timeout), range(len(shards))))
+    merged = PytestRun(duration_s=max(r.duration_s for r in runs))
+    for run in runs:
+        merged.outcomes |= run.outcomes
+        merged.messages |= run.messages
+        merged.collect_errors |= run.collect_errors
+        merged.coverage |= run.coverage
+        merged.durations |= run.durations
+        merged.timed_out = merged.timed_out or run.timed_out
+        merged.crashed = merged.crashed or run.crashed
+    return merged
+
+
+BASELINE_FORMAT = 2
 """Raised when what a baseline holds, or how it is measured, changes: older cached ones are not read."""
 
 
@@ -292,16 +333,16 @@ def baseline_key(repo: Path, tests: list[str], sources: list[str], runner: str) 
 
 
 def cached_baseline(
-    runner: PytestRunner, repo: Path, tests: list[str], sources: list[str], timeout: float, runner_key: str
+    runners: Sequence[PytestRunner], repo: Path, tests: list[str], sources: list[str], timeout: float
 ) -> tuple[Baseline, bool]:
     """The baseline of `repo`, measured once per repository content and runner, then read from the cache
     (tracing a repository of 700 tests took 9 minutes); whether it came from the cache."""
-    path = cache_root().parent / "baselines" / f"{baseline_key(repo, tests, sources, runner_key)}.json"
+    path = cache_root().parent / "baselines" / f"{baseline_key(repo, tests, sources, runners[0].key)}.json"
     try:
         return Baseline.model_validate_json(path.read_text()), True
     except (OSError, ValueError):
         pass
-    baseline = run_baseline(runner, tests, sources, timeout)
+    baseline = run_baseline(runners, tests, sources, timeout)
     path.parent.mkdir(parents=True, exist_ok=True)
     staged = path.with_suffix(f".{os.getpid()}.tmp")
     staged.write_text(baseline.model_dump_json())
@@ -372,42 +413,75 @@ class Kept(BaseModel):
     messages: dict[str, str]
 
 
+TEST_TIMEOUT_FLOOR_S = 10.0
+TEST_TIMEOUT_FACTOR = 5.0
+"""A test of a trial is stopped after the floor plus this many times the slowest baseline test."""
+
+
+class Outcome(BaseModel):
+    """What a trial's runs found, before its verdict is decided in the candidates' order."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    verdict: Verdict
+    failing: int = 0
+    key: tuple[str, ...] | None = None
+    """The mutation's function and failing tests: a second with the same key is a duplicate."""
+    kept: Kept | None = None
+    duration_s: float = 0.0
+
+
 def try_mutation(
-    runner: PytestRunner, repo: Path, mutation: Mutation, baseline: Baseline, seen: set[tuple[str, ...]]
-) -> tuple[Verdict, int, Kept | None]:
-    """Runs the covering test files with the mutation in place; (verdict, failing tests, the task)."""
+    runner: PytestRunner, repo: Path, mutation: Mutation, baseline: Baseline, seen: frozenset[tuple[str, ...]]
+) -> Outcome:
+    """Runs the covering test files with the mutation in place, and confirms each failing test alone and
+    fixed. `seen`: the keys decided so far (a mutation already known to be a duplicate runs no more)."""
+    started = time.monotonic()
     original = (repo / mutation.path).read_text()
     covering = baseline.tests_of(mutation)
     files = sorted({test.split("::", 1)[0] for test in covering})
     expected = [t for t in baseline.passing if t.split("::", 1)[0] in files]
     timeout = 10.0 + 3.0 * baseline.duration_s
+    per_test = TEST_TIMEOUT_FLOOR_S + TEST_TIMEOUT_FACTOR * baseline.slowest_s
     runner.write_file(mutation.path, mutation.apply(original))
     try:
-        run = runner.run_tests(files, [], timeout)
-        if run.timed_out:
-            return "timeout", 0, None
-        if run.crashed:
-            return "crashed", 0, None
-        if run.collect_errors or any(t not in run.outcomes for t in expected):
-            return "broke_collection", 0, None
+        run = runner.run_tests(files, [], timeout, per_test)
+        early = _early_verdict(run, expected)
+        if early is not None:
+            return Outcome(verdict=early, duration_s=time.monotonic() - started)
         failing = [t for t in expected if run.outcomes[t] != "passed"]
-        if not failing:
-            return "survived", 0, None
         key = (mutation.path, mutation.function, *failing)
         if key in seen:
-            return "duplicate", len(failing), None
-        seen.add(key)
-        alone = runner.run_tests(failing, [], timeout)
+            return Outcome(
+                verdict="duplicate", failing=len(failing), key=key, duration_s=time.monotonic() - started
+            )
+        alone = runner.run_tests(failing, [], timeout, per_test)
         still = [t for t in failing if alone.outcomes.get(t) in ("failed", "error")]
     finally:
         runner.write_file(mutation.path, original)
-    fixed = runner.run_tests(still, [], timeout) if still else None
+    fixed = runner.run_tests(still, [], timeout, per_test) if still else None
     f2p = [t for t in still if fixed is not None and fixed.outcomes.get(t) == "passed"]
+    done = time.monotonic() - started
     if not f2p:
-        return "unconfirmed", len(failing), None
+        return Outcome(verdict="unconfirmed", failing=len(failing), key=key, duration_s=done)
     p2p = [t for t in expected if run.outcomes[t] == "passed"]
     messages = {t: run.messages.get(t, "") for t in f2p}
-    return "kept", len(failing), Kept(fail_to_pass=f2p, pass_to_pass=p2p, messages=messages)
+    kept = Kept(fail_to_pass=f2p, pass_to_pass=p2p, messages=messages)
+    return Outcome(verdict="kept", failing=len(failing), key=key, kept=kept, duration_s=done)
+
+
+def _early_verdict(run: PytestRun, expected: list[str]) -> Verdict | None:
+    """The verdict of a mutated run that needs no more runs: it timed out (as a whole, or a test of it),
+    crashed, broke collection, or failed nothing."""
+    if run.timed_out or run.timed_out_tests:
+        return "timeout"
+    if run.crashed:
+        return "crashed"
+    if run.collect_errors or any(t not in run.outcomes for t in expected):
+        return "broke_collection"
+    if all(run.outcomes[t] == "passed" for t in expected):
+        return "survived"
+    return None
 
 
 # ---- the task --------------------------------------------------------------------------------------
@@ -571,15 +645,16 @@ def synthesize(
     config: SynthConfig,
     repo: Path,
     name: str,
-    runner: PytestRunner,
+    runners: Sequence[PytestRunner],
     check: Check | None = None,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> SynthReport:
-    """Tries mutations until `config.n` tasks are written (and pass `check`), or none are left."""
+    """Tries mutations until `config.n` tasks are written (and pass `check`), or none are left; as many
+    at a time as there are runners."""
     started = time.monotonic()
     tests = find_test_files(repo)
     baseline, cached = cached_baseline(
-        runner, repo, tests, find_source_files(repo), config.baseline_timeout_s, runner.key
+        runners, repo, tests, find_source_files(repo), config.baseline_timeout_s
     )
     order = candidates(repo, baseline, config.seed)
     if not order:
@@ -595,7 +670,7 @@ def synthesize(
         baseline_s=time.monotonic() - started,
         baseline_cached=cached,
     )
-    search = Search(config, repo, name, runner, baseline, order, visible_test_command(tests))
+    search = Search(config, repo, name, runners, baseline, order, visible_test_command(tests))
     budget = config.max_tries or 25 * config.n
     while len(report.tasks) < config.n and report.tried < budget:
         t0 = time.monotonic()
@@ -617,21 +692,29 @@ def synthesize(
 
 
 class Search:
-    """Mutations in their order, tried one by one; remembers what each function and failing set gave."""
+    """Mutations in their order, tried side by side on the runners (one trial each at a time) and
+    decided one by one in that order: what each function and failing set gave so far decides whether a
+    result counts, is a duplicate, or is dropped (its function already gave its tasks). Results past the
+    point a batch is full are dropped, and their mutations tried again in the next batch, so the tasks
+    and trials are those of one runner, trial after trial."""
 
     def __init__(
         self,
         config: SynthConfig,
         repo: Path,
         name: str,
-        runner: PytestRunner,
+        runners: Sequence[PytestRunner],
         baseline: Baseline,
         order: list[Mutation],
         command: str,
     ) -> None:
-        self.config, self.repo, self.name, self.runner = config, repo, name, runner
+        self.config, self.repo, self.name = config, repo, name
         self.baseline, self.command = baseline, command
-        self.pending = iter(order)
+        self.free: Queue[PytestRunner] = Queue()
+        for runner in runners:
+            self.free.put(runner)
+        self.width = len(runners)
+        self.pending: deque[Mutation] = deque(order)
         self.per_function: dict[tuple[str, str], int] = defaultdict(int)
         self.seen: set[tuple[str, ...]] = set()
 
@@ -640,49 +723,66 @@ class Search:
     ) -> list[tuple[Path, SynthesizedTask]]:
         """Up to `wanted` new task folders, trying at most `tries` mutations (each added to `report`)."""
         batch: list[tuple[Path, SynthesizedTask]] = []
-        for mutation in self.pending:
-            where = (mutation.path, mutation.function)
-            if self.per_function[where] >= self.config.per_function:
-                continue
-            trial, kept = self.trial(mutation)
-            report.trials.append(trial)
-            if on_trial is not None:
-                on_trial(trial)
-            if kept is not None:
-                self.per_function[where] += 1
-                task_dir = _next_task_dir(self.config.out, self.name)
-                batch.append(
-                    (
-                        task_dir,
-                        write_task(
-                            task_dir,
-                            self.name,
-                            self.repo,
-                            mutation,
-                            kept,
-                            self.command,
-                            self.baseline.duration_s,
-                        ),
-                    )
-                )
-            tries -= 1
-            if len(batch) >= wanted or tries <= 0:
-                break
+        flight: deque[tuple[Mutation, Future[Outcome]]] = deque()
+        with ThreadPoolExecutor(self.width, thread_name_prefix="synth-trial") as pool:
+            while len(batch) < wanted and tries > 0:
+                while len(flight) < self.width and self.pending:
+                    mutation = self.pending.popleft()
+                    if not self._at_limit(mutation):
+                        flight.append((mutation, pool.submit(self._run, mutation, frozenset(self.seen))))
+                if not flight:
+                    break
+                mutation, future = flight.popleft()
+                if self._at_limit(mutation):
+                    continue  # a task of its function was decided while it ran
+                trial, kept = self._decide(mutation, future.result())
+                report.trials.append(trial)
+                if on_trial is not None:
+                    on_trial(trial)
+                if kept is not None:
+                    batch.append(self._write(mutation, kept))
+                tries -= 1
+            for mutation, future in reversed(flight):  # undecided: tried again in the next batch
+                future.cancel()
+                self.pending.appendleft(mutation)
         return batch
 
-    def trial(self, mutation: Mutation) -> tuple[Trial, Kept | None]:
-        started = time.monotonic()
-        verdict, failing, kept = try_mutation(self.runner, self.repo, mutation, self.baseline, self.seen)
+    def _at_limit(self, mutation: Mutation) -> bool:
+        return self.per_function[(mutation.path, mutation.function)] >= self.config.per_function
+
+    def _run(self, mutation: Mutation, seen: frozenset[tuple[str, ...]]) -> Outcome:
+        runner = self.free.get()
+        try:
+            return try_mutation(runner, self.repo, mutation, self.baseline, seen)
+        finally:
+            self.free.put(runner)
+
+    def _decide(self, mutation: Mutation, outcome: Outcome) -> tuple[Trial, Kept | None]:
+        verdict, kept = outcome.verdict, outcome.kept
+        if outcome.key is not None:
+            if outcome.key in self.seen:
+                verdict, kept = "duplicate", None
+            else:
+                self.seen.add(outcome.key)
+        if kept is not None:
+            self.per_function[(mutation.path, mutation.function)] += 1
         trial = Trial(
             operator=mutation.operator,
             path=mutation.path,
             function=mutation.function,
             line=text_line(self.repo, mutation),
             verdict=verdict,
-            failing=failing,
-            duration_s=time.monotonic() - started,
+            failing=outcome.failing,
+            duration_s=outcome.duration_s,
         )
         return trial, kept
+
+    def _write(self, mutation: Mutation, kept: Kept) -> tuple[Path, SynthesizedTask]:
+        task_dir = _next_task_dir(self.config.out, self.name)
+        made = write_task(
+            task_dir, self.name, self.repo, mutation, kept, self.command, self.baseline.duration_s
+        )
+        return task_dir, made
 
 
 def _next_task_dir(out: Path, name: str) -> Path:

@@ -10,6 +10,7 @@ import ast
 import difflib
 import json
 import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -296,12 +297,17 @@ def test_synthesized_suite_validates_and_is_reproducible(
         bases.add((task.repo / "shop.py").read_text())
     assert len(bases) == 6  # no two tasks start from the same code
 
-    again = tmp_path / "again"
-    second = synthesize_suite(config.model_copy(update={"out": again}), sandbox, validate=False)
+    again = tmp_path / "again"  # one sandbox where the first had two: the same tasks, trial by trial
+    second = synthesize_suite(
+        config.model_copy(update={"out": again}), sandbox, validate=False, concurrency=1
+    )
     assert second.baseline_cached  # the same repository, traced once (issue 16: 9 minutes on a large one)
     assert (second.passing_tests, second.covered_lines) == (report.passing_tests, report.covered_lines)
     for task in tasks:
         assert (again / task.id / "task.yaml").read_text() == (out / task.id / "task.yaml").read_text()
+    assert [t.model_dump(exclude={"duration_s"}) for t in second.trials] == [
+        t.model_dump(exclude={"duration_s"}) for t in report.trials[: len(second.trials)]
+    ]
 
 
 def test_the_agents_test_timeout_comes_from_the_measured_full_run() -> None:
@@ -392,6 +398,79 @@ def test_a_mutation_that_eats_the_sandbox_does_not_stop_synthesis(backend: str, 
         runner.close()
 
 
+def test_the_traced_run_split_over_sandboxes_gives_the_same_baseline(backend: str, tmp_path: Path) -> None:
+    """The traced run shards the test files over the runners (every n-th file) and merges them: the
+    same passing tests and the same lines per test as one runner tracing all."""
+    repo = tmp_path / "calc"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text(
+        "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\n"
+        "def half(a):\n    if a % 2:\n        raise ValueError(a)\n    return a // 2\n"
+    )
+    for name, body in {"add": "add(2, 3) == 5", "sub": "sub(2, 3) == -1", "half": "half(4) == 2"}.items():
+        (repo / "tests" / f"test_{name}.py").write_text(
+            f"from calc import *\n\n\ndef test_{name}():\n    assert {body}\n"
+        )
+    config = SandboxConfig.model_validate({"backend": backend})
+    runners = [SandboxPytest(lambda: start_sandbox(config, repo)) for _ in range(2)]
+    tests = ["tests/test_add.py", "tests/test_half.py", "tests/test_sub.py"]
+    try:
+        alone = run_baseline(runners[:1], tests, ["calc.py"], timeout=60)
+        split = run_baseline(runners, tests, ["calc.py"], timeout=60)
+    finally:
+        for runner in runners:
+            runner.close()
+    assert len(alone.passing) == 3 and alone.by_line["calc.py"][10] == ["tests/test_half.py::test_half"]
+    assert (split.passing, split.by_line) == (alone.passing, alone.by_line)
+    assert runners[1].runs == 1  # the second sandbox traced its shard
+
+
+ENDLESS = """
+def test_forever():
+    while True:
+        pass
+
+
+def test_swallows_exceptions():
+    try:
+        while True:
+            pass
+    except Exception:
+        pass
+
+
+def test_fine():
+    assert True
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_test_that_never_ends_is_stopped_alone_and_the_run_goes_on(backend: str, tmp_path: Path) -> None:
+    """With a per-test limit, an endless test (one that catches every `Exception` too) is stopped after
+    it and named; the other tests' outcomes come back, long before the whole run's limit."""
+    repo = tmp_path / "endless"
+    repo.mkdir()
+    (repo / "test_endless.py").write_text(ENDLESS)
+    runner = SandboxPytest(lambda: start_sandbox(SandboxConfig.model_validate({"backend": backend}), repo))
+    try:
+        began = time.monotonic()
+        run = runner.run_tests(["test_endless.py"], [], timeout=240, test_timeout=2.0)
+        took = time.monotonic() - began
+    finally:
+        runner.close()
+    assert not run.timed_out and not run.crashed and took < 60, (took, run)
+    assert run.timed_out_tests == [
+        "test_endless.py::test_forever",
+        "test_endless.py::test_swallows_exceptions",
+    ]
+    assert run.outcomes == {
+        "test_endless.py::test_forever": "failed",
+        "test_endless.py::test_swallows_exceptions": "failed",
+        "test_endless.py::test_fine": "passed",
+    }
+    assert run.durations["test_endless.py::test_forever"] >= 2.0
+
+
 # ---- real third-party code -------------------------------------------------------------------------
 
 LIBRARIES = [("inflection==0.5.1", "docker"), ("parse==1.20.2", "bwrap")]
@@ -444,7 +523,7 @@ def test_a_src_layout_that_does_not_import_says_why(tmp_path: Path) -> None:
     runner = SandboxPytest(lambda: start_sandbox(SandboxConfig(backend="bwrap"), repo))
     try:
         with pytest.raises(SynthError) as raised:
-            run_baseline(runner, ["tests/test_calc.py"], ["src/calc.py"], timeout=60)
+            run_baseline([runner], ["tests/test_calc.py"], ["src/calc.py"], timeout=60)
     finally:
         runner.close()
     assert "tests/test_calc.py: ModuleNotFoundError: No module named 'calc'" in str(raised.value)
