@@ -20,11 +20,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from envs.factory import start_sandbox
+from envs.docker import ensure_image
+from envs.factory import resolve_backend, start_sandbox
 from envs.grading import GRADER_INI, Validation, validate_task
 from envs.grading import RUNNER as GRADE_RUNNER
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+from envs.task_env import build_bwrap_env, docker_env_image, env_key
+from tasks.environment import Environment, declared_environment
 from tasks.suite import load_task
 from tasks.synth import (
     Check,
@@ -127,25 +130,25 @@ def synthesize_suite(
     concurrency: int = 2,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> SynthReport:
-    """Copies the repository into the suite, synthesizes tasks in `concurrency` sandboxes side by side
-    (the same tasks as in one), and validates each, `concurrency` at a time."""
+    """Copies the repository into the suite, builds the environment it declares (its dependencies, a
+    src/ layout, a generated version file: `tasks/environment.py`), synthesizes tasks in `concurrency`
+    sandboxes side by side (the same tasks as in one), and validates each, `concurrency` at a time."""
     name, repo = copy_repository(config)
     report = None
     try:
-        key = sandbox_config.model_dump_json(include={"backend", "image", "python_env"})
+        declared = declared_environment(repo)
+        environment = declared if declared.needed() else None
+        start, key = sandbox_starter(repo, sandbox_config, environment)
         runners: list[SandboxPytest] = []
         try:
             with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                starting = [
-                    pool.submit(SandboxPytest, lambda: start_sandbox(sandbox_config, repo), key)
-                    for _ in range(max(1, concurrency))
-                ]
+                starting = [pool.submit(SandboxPytest, start, key) for _ in range(max(1, concurrency))]
                 failed = [e for e in (f.exception() for f in starting) if e is not None]
                 runners += [f.result() for f in starting if f.exception() is None]
             if failed:  # every sandbox started is closed below
                 raise failed[0]
             check = validator(sandbox_config, concurrency) if validate else None
-            report = synthesize(config, repo, name, runners, check, on_trial)
+            report = synthesize(config, repo, name, runners, check, on_trial, environment)
         finally:
             for runner in runners:
                 runner.close()
@@ -154,3 +157,31 @@ def synthesize_suite(
         if (report is None or not report.tasks) and unused:  # no task uses it: leave it out of the suite
             shutil.rmtree(repo)
     return report
+
+
+def sandbox_starter(
+    repo: Path, config: SandboxConfig, environment: Environment | None
+) -> tuple[Callable[[], ExecutorSandbox], str]:
+    """How to start a synthesis sandbox of `repo`: in `environment` (built here, once) with its setup
+    commands run, as a task made from it will be; and the key of that runner for the baseline cache."""
+    key = config.model_dump_json(include={"backend", "image", "python_env"})
+    if environment is None:
+        return lambda: start_sandbox(config, repo), key
+    image = None
+    if resolve_backend(config.backend) == "docker":
+        image, context = docker_env_image(environment, config.image)
+        ensure_image(image, context)
+    else:
+        config = config.model_copy(update={"python_env": build_bwrap_env(environment, quiet=True)})
+    commands = environment.setup_commands()
+
+    def start() -> ExecutorSandbox:
+        sandbox = start_sandbox(config, repo, image)
+        for command in commands:
+            made = sandbox.run(command, timeout=120)
+            if made.exit_code != 0:
+                sandbox.close()
+                raise SandboxError(f"the environment's setup failed: {command}: {made.output[-500:]}")
+        return sandbox
+
+    return start, f"{key} {env_key(environment, config.image)}"

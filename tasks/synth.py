@@ -44,6 +44,7 @@ from typing import Literal, Protocol
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.environment import Environment
 from tasks.model import Limits
 from tasks.mutations import OPERATORS, Mutation, Operator, Source, find_mutations
 from tasks.patches import NOISE, is_graded_path
@@ -604,6 +605,7 @@ def write_task(
     kept: Kept,
     command: str,
     duration_s: float = 0.0,
+    environment: Environment | None = None,
 ) -> SynthesizedTask:
     text = (repo / mutation.path).read_text()
     edit = bug_edit(mutation.path, text, mutation)
@@ -618,6 +620,7 @@ def write_task(
         fail_to_pass=kept.fail_to_pass,
         pass_to_pass=kept.pass_to_pass,
         limits=Limits(command_timeout_s=run_tests_timeout(duration_s)),
+        environment=environment,
     )
     task_dir.mkdir(parents=True)
     raw = spec.model_dump(mode="json", exclude_defaults=True)
@@ -648,9 +651,10 @@ def synthesize(
     runners: Sequence[PytestRunner],
     check: Check | None = None,
     on_trial: Callable[[Trial], None] | None = None,
+    environment: Environment | None = None,
 ) -> SynthReport:
     """Tries mutations until `config.n` tasks are written (and pass `check`), or none are left; as many
-    at a time as there are runners."""
+    at a time as there are runners, which run in `environment` (written into each task)."""
     started = time.monotonic()
     tests = find_test_files(repo)
     baseline, cached = cached_baseline(
@@ -670,7 +674,7 @@ def synthesize(
         baseline_s=time.monotonic() - started,
         baseline_cached=cached,
     )
-    search = Search(config, repo, name, runners, baseline, order, visible_test_command(tests))
+    search = Search(config, repo, name, runners, baseline, order, visible_test_command(tests), environment)
     budget = config.max_tries or 25 * config.n
     while len(report.tasks) < config.n and report.tried < budget:
         t0 = time.monotonic()
@@ -707,6 +711,7 @@ class Search:
         baseline: Baseline,
         order: list[Mutation],
         command: str,
+        environment: Environment | None = None,
     ) -> None:
         self.config, self.repo, self.name = config, repo, name
         self.baseline, self.command = baseline, command
@@ -717,6 +722,8 @@ class Search:
         self.pending: deque[Mutation] = deque(order)
         self.per_function: dict[tuple[str, str], int] = defaultdict(int)
         self.seen: set[tuple[str, ...]] = set()
+        self.environment = environment
+        """The environment the runners run in, written into each task."""
 
     def next_batch(
         self, wanted: int, tries: int, report: SynthReport, on_trial: Callable[[Trial], None] | None
@@ -780,7 +787,14 @@ class Search:
     def _write(self, mutation: Mutation, kept: Kept) -> tuple[Path, SynthesizedTask]:
         task_dir = _next_task_dir(self.config.out, self.name)
         made = write_task(
-            task_dir, self.name, self.repo, mutation, kept, self.command, self.baseline.duration_s
+            task_dir,
+            self.name,
+            self.repo,
+            mutation,
+            kept,
+            self.command,
+            self.baseline.duration_s,
+            self.environment,
         )
         return task_dir, made
 

@@ -206,6 +206,36 @@ def test_a_repository_with_its_own_environment_imports_validates_and_is_solved(
     assert "src/vlib/core.py" in trajectory.final_diff and "_version" not in trajectory.final_diff
 
 
+VLIB_SCALE_TESTS = (
+    "from vlib import scale\n\n\ndef test_scale_of_two():\n    assert scale(2) == 5\n\n\n"
+    "def test_scale_of_zero():\n    assert scale(0) == 1\n"
+)
+
+
+def test_synthesis_runs_in_the_environment_the_repository_declares(
+    backend: str, built: Path, tmp_path: Path
+) -> None:
+    """vlib (a src/ layout, a generated version file, a dependency from the index): `tasks synth` builds
+    its environment, traces and tries mutations in it, two sandboxes side by side, and writes it into
+    every task, which then validates (gold 1, empty 0)."""
+    repo = write(tmp_path / "vlib", {**VLIB, "tests/test_scale.py": VLIB_SCALE_TESTS})
+    suite = tmp_path / "suite"
+    made = harness("tasks", "synth", "--repo", str(repo), "--out", str(suite), "--n", "1", "--backend", backend,
+                   "--concurrency", "2", "--no-validate", "--json", timeout=900)  # fmt: skip
+    assert made.returncode == 0, made.stderr[-3000:]
+    report = json.loads(made.stdout)
+    assert len(report["tasks"]) == 1 and report["passing_tests"] == 3, report["trials"]
+    tasks = load_suite(str(suite))
+    assert [t.environment for t in tasks] == [declared_environment(repo)]
+    assert not (tasks[0].repo / "src/vlib/_version.py").exists()  # made in the start tree only
+
+    validated = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1",
+                        "--json", timeout=900)  # fmt: skip
+    results = json.loads(validated.stdout)
+    assert validated.returncode == 0 and all(r["ok"] for r in results), (results, validated.stderr[-2000:])
+    assert all(r["gold_rewards"] == [1.0] and r["empty_rewards"] == [0.0] for r in results), results
+
+
 # ---- red team: the environment's path file ---------------------------------------------------------
 
 FIX = (
