@@ -1,6 +1,6 @@
 """Task synthesis yield and speed on real libraries: mutations tried and kept, tasks per minute.
 
-    .venv/bin/python benchmarks/synth.py [--n N] [--backend docker|bwrap] [--json PATH]
+    .venv/bin/python benchmarks/synth.py [--n N] [--backend docker|bwrap] [--concurrency K ...] [--json PATH]
 
 For each pinned library (its source distribution from PyPI, cached under ~/.cache/harness/sdists) and
 each backend, `harness tasks synth` is run as a user runs it: N tasks wanted, seed 0, every task
@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -33,24 +34,38 @@ from envs.lifecycle import install_signal_handlers
 from envs.sandbox import SandboxConfig
 from envs.synthesis import synthesize_suite
 from tasks.mutations import OPERATORS
+from tasks.suite import cache_root
 from tasks.synth import SynthConfig, SynthReport, fetch_sdist
 
-LIBRARIES = ("inflection==0.5.1", "parse==1.20.2")
-"""Small pure-Python libraries whose sdists ship pytest suites that need nothing but pytest."""
+LIBRARIES = {
+    "inflection==0.5.1": "flat, no dependencies",
+    "parse==1.20.2": "flat, no dependencies",
+    "cachetools==5.3.2": "src/, no dependencies",
+    "humanize==4.9.0": "src/, test dependencies (freezegun, pytest-cov)",
+}
+"""Small pure-Python libraries whose sdists ship pytest suites, of the shapes real repositories have: the
+environment each declares is built before synthesis (`tasks/environment.py`). Not pluggy: pytest depends
+on it, so the sandbox's own pluggy (pytest's) is the one its tests import, not the repository's."""
 
 console = Console(width=max(Console().width, 150))
 
 
-def run_one(requirement: str, backend: str, n: int, root: Path) -> SynthReport:
+def run_one(requirement: str, backend: str, n: int, root: Path, concurrency: int) -> SynthReport:
+    """One synthesis as `harness tasks synth` runs it, its baseline measured afresh (not cached)."""
     name = requirement.split("==")[0]
-    config = SynthConfig(repo=fetch_sdist(requirement), out=root / f"{name}-{backend}", name=name, n=n)
-    return synthesize_suite(config, SandboxConfig.model_validate({"backend": backend}))
+    shutil.rmtree(cache_root().parent / "baselines", ignore_errors=True)
+    out = root / f"{name}-{backend}-{concurrency}"
+    config = SynthConfig(repo=fetch_sdist(requirement), out=out, name=name, n=n)
+    return synthesize_suite(
+        config, SandboxConfig.model_validate({"backend": backend}), concurrency=concurrency
+    )
 
 
 @dataclass
 class Run:
     library: str
     backend: str
+    concurrency: int
     passing_tests: int
     covered_lines: int
     candidates: int
@@ -70,12 +85,13 @@ class Run:
     """Operator -> kept/tried."""
 
 
-def summary(requirement: str, backend: str, report: SynthReport) -> Run:
+def summary(requirement: str, backend: str, concurrency: int, report: SynthReport) -> Run:
     tried = Counter(t.operator for t in report.trials)
     kept = Counter(t.operator for t in report.trials if t.verdict == "kept")
     return Run(
         library=requirement,
         backend=backend,
+        concurrency=concurrency,
         passing_tests=report.passing_tests,
         covered_lines=report.covered_lines,
         candidates=report.candidates,
@@ -96,6 +112,7 @@ def summary(requirement: str, backend: str, report: SynthReport) -> Run:
 COLUMNS = {
     "library": "library",
     "backend": "backend",
+    "concurrency": "sandboxes",
     "passing_tests": "tests",
     "candidates": "mutants",
     "tried": "tried",
@@ -120,19 +137,26 @@ def show(runs: list[Run]) -> None:
     ops = Table(title="kept / tried, by operator")
     ops.add_column("library", no_wrap=True)
     ops.add_column("backend")
+    ops.add_column("sandboxes")
     for op in OPERATORS:
         ops.add_column(op.replace("_", " "), justify="right")
     for run in runs:
-        ops.add_row(run.library, run.backend, *(run.by_operator[op] for op in OPERATORS))
+        ops.add_row(
+            run.library, run.backend, str(run.concurrency), *(run.by_operator[op] for op in OPERATORS)
+        )
     console.print(ops)
     for run in runs:
-        console.print(f"{run.library} on {run.backend}: {run.verdicts}")
+        console.print(f"{run.library} on {run.backend}, {run.concurrency} sandboxes: {run.verdicts}")
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=20, help="tasks wanted from each library (default 20)")
     parser.add_argument("--backend", choices=("docker", "bwrap"), action="append", help="default: both")
+    parser.add_argument(
+        "--concurrency", type=int, action="append", help="sandboxes side by side (default: 1 and 2, in turn)"
+    )
+    parser.add_argument("--library", action="append", help=f"default: {', '.join(LIBRARIES)}")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     args = parser.parse_args()
     install_signal_handlers()
@@ -144,10 +168,14 @@ def main() -> int:
         return 2
     runs = []
     with tempfile.TemporaryDirectory(prefix="bench-synth-") as tmp:
-        for requirement in LIBRARIES:
+        for requirement in args.library or list(LIBRARIES):
             for backend in backends:
-                console.print(f"[dim]{requirement} on {backend}: {args.n} tasks")
-                runs.append(summary(requirement, backend, run_one(requirement, backend, args.n, Path(tmp))))
+                for k in args.concurrency or [1, 2]:
+                    console.print(
+                        f"[dim]{requirement} ({LIBRARIES.get(requirement, '?')}) on {backend}, {k} sandboxes"
+                    )
+                    report = run_one(requirement, backend, args.n, Path(tmp), k)
+                    runs.append(summary(requirement, backend, k, report))
     show(runs)
     if args.json:
         machine = {

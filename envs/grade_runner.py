@@ -56,6 +56,7 @@ import itertools
 import json
 import operator
 import random
+import re
 import resource
 import select
 import signal
@@ -488,6 +489,11 @@ class Zygote:
                 os.close(self.targets[0])
                 try:
                     _child(target, ini, root, before, self.answers[1], config)
+                except BaseException:  # into the child's log: the runner reports its last line
+                    import traceback
+
+                    traceback.print_exc()
+                    sys.stderr.flush()
                 finally:
                     os._exit(0)
             os.waitpid(pid, 0)
@@ -934,6 +940,8 @@ def main() -> None:
         scratch.restore()
         ipc = remove_ipc(ipc) if in_sandbox else ipc
         outcomes.update(_own(answer, target))
+        if not answer:  # the child ended without a report (pytest itself failed, or it was killed)
+            not_collected.setdefault(file, f"the test run ended without a report: {_why_no_report(logs[-1])}")
         errors = answer.get("collect_errors")
         if isinstance(errors, dict):  # told by the code under test: shown, never scored
             not_collected |= {
@@ -953,6 +961,17 @@ def main() -> None:
     write_report(report_path, report)
     # Nothing of the code under test ran here; os._exit all the same, as a child does.
     os._exit(0)
+
+
+def _why_no_report(log: str) -> str:
+    """The exceptions a child's log ends with (`TypeError: ...; PluginImportFailure: ...`), or its last
+    line: what a grade shows of a test run that died before reporting."""
+    lines = [line.rstrip() for line in log.splitlines()[1:] if line.strip()]
+    raised = [line for line in lines if EXCEPTION_LINE.match(line)]
+    return "; ".join(dict.fromkeys(raised[-3:] or lines[-1:] or ["no output"]))[:300]
+
+
+EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Failure|Exit|Interrupt)\b(: |$)")
 
 
 def _write_held(root: str, file: str, content: str) -> str:

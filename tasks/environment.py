@@ -8,7 +8,7 @@ their `-r` includes). `harness env build` installs the result outside /repo (`en
 agent never installs anything.
 
 pytest itself is the sandbox's (one pytest for every task and both backends): a repository's own pytest
-requirement is left out, its pytest plugins are not.
+requirement is left out, and so is pytest-cov (`LEFT_OUT`); its other pytest plugins are not.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ REQUIREMENT_FILES = (
     "test-requirements.txt", "test_requirements.txt", "requirements-testing.txt", "requirements/test.txt",
     "requirements/tests.txt", "requirements/testing.txt", "requirements/base.txt",
 )  # fmt: skip
-LEFT_OUT = {"pytest"}
-"""Requirement names never installed into a task's environment (the sandbox's own pytest is used)."""
+LEFT_OUT = {"pytest", "pytest-cov"}
+"""Requirement names never installed into a task's environment: the sandbox's own pytest is used, and
+coverage's plugin measures, never decides an outcome, while its releases follow pytest's (the newest, on
+the sandbox's pytest 7.2, failed every grading run at import: humanize 4.9's test extra)."""
 NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 

@@ -111,6 +111,25 @@ def test_a_plugin_of_the_environment_that_patches_pytest_is_not_tampering(
     assert report["outcomes"] == {"tests/test_calc.py::test_add": "passed"}, report
 
 
+def test_a_test_run_that_ends_without_a_report_says_why(environment: Path, tmp_path: Path) -> None:
+    """A plugin of the environment that fails at import fails every child's pytest before any test:
+    the file's tests are missing, and the grade's collection errors carry the child's last line (the
+    newest pytest-cov on the sandbox's pytest 7.2 did this, and the grade said nothing)."""
+    site = next(environment.parent.parent.glob("lib/python3*/site-packages"))
+    (site / "patchy_plugin.py").write_text("raise TypeError('made to fail at import')\n")
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "tests" / "test_one.py").write_text("def test_one():\n    assert True\n")
+
+    report, _ = run_runner(environment, tmp_path, ["tests/test_one.py"])
+
+    assert report["outcomes"] == {}, report
+    message = report["collect_errors"]["tests/test_one.py"]
+    assert (
+        message.startswith("the test run ended without a report: ") and "TypeError: made to fail" in message
+    )
+
+
 def test_the_runners_parent_never_imports_a_module_of_the_repository(
     environment: Path, tmp_path: Path
 ) -> None:

@@ -71,6 +71,14 @@ def test_setup_cfg_setup_py_and_requirements_files(tmp_path: Path) -> None:
     assert not declared_environment(write(tmp_path / "bare", {"m.py": ""})).needed()
 
 
+def test_pytest_and_its_coverage_plugin_are_left_to_the_sandbox(tmp_path: Path) -> None:
+    """The sandbox's pytest runs every task; pytest-cov, which only measures, is never installed beside
+    it (its newest release failed to import on pytest 7.2, and so every grading run)."""
+    write(tmp_path, {"pyproject.toml": '[project]\nname = "p"\n[project.optional-dependencies]\n'
+                     'test = ["pytest>=7", "pytest_cov", "freezegun"]\n'})  # fmt: skip
+    assert declared_environment(tmp_path).requirements == ["freezegun"]
+
+
 def test_a_broken_pyproject_is_named(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"pyproject\.toml: not valid TOML"):
         declared_environment(write(tmp_path, {"pyproject.toml": "[project\n"}))
