@@ -33,11 +33,24 @@ def apply_override(data: dict[str, Any], override: str) -> None:
     node[parts[-1]] = value
 
 
+def merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """`over` on `under`, section by section: where both hold a mapping under one key, they merge."""
+    out = dict(under)
+    for key, value in over.items():
+        below = out.get(key)
+        out[key] = (
+            merged(below if isinstance(below, dict) else {}, value) if isinstance(value, dict) else value
+        )
+    return out
+
+
 def load_config(
     model: type[M], path: Path | None, overrides: list[str], base: dict[str, Any] | None = None
 ) -> M:
-    """`base` (from command-line flags), then the file, then the overrides, validated as `model`."""
-    data: dict[str, Any] = dict(base or {})
+    """The model's defaults, then the file, then `base` (the command-line flags a user gave), then the
+    `key=value` overrides, validated as `model`. Sections merge key by key: a flag that sets one key of
+    a section the file also sets keeps the file's other keys, and the reverse."""
+    data: dict[str, Any] = {}
     if path is not None:
         try:
             with path.open("rb") as f:  # bytes: YAML's reader names the file and what is not UTF-8 in it
@@ -50,7 +63,8 @@ def load_config(
             raise ConfigError(f"config {path}: nested too deeply") from e
         if not isinstance(loaded, dict):
             raise ConfigError(f"config {path}: expected a mapping at the top")
-        data.update(loaded)
+        data = loaded
+    data = merged(data, base or {})
     for override in overrides:
         apply_override(data, override)
     try:

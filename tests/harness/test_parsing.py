@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from harness.config import ConfigError, load_config
@@ -44,3 +46,19 @@ def test_config_overrides_and_errors_name_the_field(tmp_path: object) -> None:
         load_config(RolloutConfig, None, ["oops"])
     with pytest.raises(ConfigError, match="group_size"):
         load_config(RolloutConfig, None, ["group_size=0"])
+
+
+def test_flags_beat_the_file_sections_merge_and_overrides_beat_both(tmp_path: Path) -> None:
+    """`--group-size 8 --backend bwrap` with a file holding `group_size: 4` and a `sandbox:` section gave
+    group_size 4 and backend auto (issue 17): the file was applied over the flags, section by section."""
+    file = tmp_path / "rollout.yaml"
+    file.write_text("group_size: 4\nconcurrency: 3\nsandbox:\n  cpus: 2.0\n  backend: docker\n")
+    flags = {"group_size": 8, "sandbox": {"backend": "bwrap"}}
+
+    config = load_config(RolloutConfig, file, [], flags)
+    assert (config.group_size, config.concurrency) == (8, 3)
+    assert (config.sandbox.backend, config.sandbox.cpus) == ("bwrap", 2.0)
+
+    overridden = load_config(RolloutConfig, file, ["group_size=6", "sandbox.backend=docker"], flags)
+    assert (overridden.group_size, overridden.sandbox.backend, overridden.sandbox.cpus) == (6, "docker", 2.0)
+    assert flags == {"group_size": 8, "sandbox": {"backend": "bwrap"}}  # the caller's flags are left as given
