@@ -11,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+import yaml
+from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -234,6 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="the run directory (runs/NAME)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. summary.trigger_tokens=2048")
+    add_print_config(p)
     p.set_defaults(func=cmd_rollout)
 
     p = sub.add_parser(
@@ -262,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("overrides", nargs="*", help="key=value settings, e.g. learner.lr=1e-5 model=PATH")
         if name == "train":
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+        add_print_config(p)
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
     add_run_commands(sub)
@@ -570,6 +573,20 @@ def print_grade(grade: Grade) -> None:
                 console.print(f"  {label}: {items}")
 
 
+def add_print_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved settings (defaults, file, flags, overrides) as YAML and stop",
+    )
+
+
+def printed_config(config: BaseModel) -> int:
+    """The resolved settings as a YAML file a user can start from (`--config`)."""
+    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
 def cmd_rollout(args: argparse.Namespace) -> int:
     base: dict[str, object] = {}
     for flag, key in (
@@ -586,6 +603,8 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     if args.backend is not None:
         base["sandbox"] = {"backend": args.backend}
     config = load_config(RolloutConfig, args.config, args.overrides, base)
+    if args.print_config:
+        return printed_config(config)
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]rollout"),
@@ -673,6 +692,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     from harness.train import TrainConfig, train
 
     config = load_config(TrainConfig, args.config, args.overrides)
+    if args.print_config:
+        return printed_config(config)
     check_model_folder(config.model, args.config)
     console = Console(stderr=True)
 
@@ -692,6 +713,8 @@ def cmd_sft(args: argparse.Namespace) -> int:
     from harness.sft import SFTConfig, run_sft
 
     config = load_config(SFTConfig, args.config, args.overrides)
+    if args.print_config:
+        return printed_config(config)
     check_model_folder(config.model, args.config)
     console = Console(stderr=True)
     model = run_sft(

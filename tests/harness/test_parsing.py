@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from harness.config import ConfigError, load_config
 from harness.parsing import parse_tool_call
@@ -62,3 +63,30 @@ def test_flags_beat_the_file_sections_merge_and_overrides_beat_both(tmp_path: Pa
     overridden = load_config(RolloutConfig, file, ["group_size=6", "sandbox.backend=docker"], flags)
     assert (overridden.group_size, overridden.sandbox.backend, overridden.sandbox.cpus) == (6, "docker", 2.0)
     assert flags == {"group_size": 8, "sandbox": {"backend": "bwrap"}}  # the caller's flags are left as given
+
+
+def test_print_config_gives_the_resolved_settings_as_a_file_that_reads_back(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from harness.cli import main
+    from harness.train import TrainConfig
+
+    file = tmp_path / "rollout.yaml"
+    file.write_text("group_size: 4\nsandbox:\n  cpus: 2.0\n")
+    args = ["rollout", "--config", str(file), "--group-size", "8", "--backend", "bwrap", "--print-config"]
+    assert main([*args, "summary.trigger_tokens=2048"]) == 0
+    printed = tmp_path / "printed.yaml"
+    printed.write_text(capsys.readouterr().out)
+    config = load_config(RolloutConfig, printed, [])
+    assert (config.group_size, config.sandbox.backend, config.sandbox.cpus) == (8, "bwrap", 2.0)
+    assert config.summary.trigger_tokens == 2048
+    assert config == load_config(
+        RolloutConfig,
+        file,
+        ["summary.trigger_tokens=2048"],
+        {"group_size": 8, "sandbox": {"backend": "bwrap"}},
+    )
+
+    assert main(["train", "--print-config", "model=no-such-folder", "steps=3"]) == 0  # printed, not run
+    train = TrainConfig.model_validate(yaml.safe_load(capsys.readouterr().out))
+    assert (train.steps, str(train.model)) == (3, "no-such-folder")
