@@ -188,19 +188,28 @@ def _judge_while_starting(
     kernel's work: a third of the start on Docker overlaps the judging). The sandbox is closed again when
     the patch does not apply, or when judging fails."""
     with ThreadPoolExecutor(1, thread_name_prefix="grade-start") as pool:
-        starting = pool.submit(start_task_sandbox, task, config)
-        judged: Judged | str | None = None
+        starting = pool.submit(_started, task, config)
         try:
             judged = judge_patch(base, patch, task)
-        finally:
-            try:
-                sandbox: ExecutorSandbox | SandboxError = starting.result()
-            except SandboxError as e:
-                sandbox = e
-            if not isinstance(judged, Judged) and isinstance(sandbox, ExecutorSandbox):
-                sandbox.close()  # not graded: the patch does not apply, or judging raised
-    assert judged is not None
+        except BaseException:
+            _close(starting.result())
+            raise
+        sandbox = starting.result()
+    if isinstance(judged, str):  # not graded: the patch does not apply
+        _close(sandbox)
     return judged, sandbox
+
+
+def _started(task: Task, config: SandboxConfig) -> ExecutorSandbox | SandboxError:
+    try:
+        return start_task_sandbox(task, config)
+    except SandboxError as e:
+        return e
+
+
+def _close(sandbox: ExecutorSandbox | SandboxError) -> None:
+    if isinstance(sandbox, ExecutorSandbox):
+        sandbox.close()
 
 
 def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:

@@ -163,27 +163,25 @@ class ExecutorSandbox:
             try:
                 reply = self.channel.call(request, timeout)
             except SandboxUnusable as e:
-                reason = self._death_reason(str(e))
-                self._mark_failed(
-                    reason, limit=reason == DIED_OUT_OF_MEMORY or reason.startswith(HIT_PROCESS_LIMIT)
-                )
+                self._mark_failed(*self._death_reason(str(e)))
                 raise SandboxUnusable(self.failure or str(e)) from e
         if check and not reply["ok"]:
             raise SandboxError(reply["error"])
         return reply
 
-    def _death_reason(self, fallback: str) -> str:
+    def _death_reason(self, fallback: str) -> tuple[str, bool]:
         """Why the executor stopped answering. A fork bomb under a tight CPU cap can keep the executor
         off the CPU for seconds (the cap's periods go to the bomb's processes, measured up to 5 s on a
-        2-core host at 0.125 cpus), past the host's margin: the limit counter still tells what happened."""
+        2-core host at 0.125 cpus), past the host's margin: the limit counter still tells what happened.
+        Also whether a limit was hit (the sandbox broke itself, rather than the harness failing)."""
         pids, ooms = self.isolation.limit_events()
         if not self.isolation.alive():
             if ooms > self._events[1]:
-                return DIED_OUT_OF_MEMORY
-            return f"the sandbox died ({self.isolation.describe()})"
+                return DIED_OUT_OF_MEMORY, True
+            return f"the sandbox died ({self.isolation.describe()})", False
         if pids > self._events[0]:
-            return f"{HIT_PROCESS_LIMIT}; {fallback}"
-        return fallback
+            return f"{HIT_PROCESS_LIMIT}; {fallback}", True
+        return fallback, False
 
     def _check_limits(self, reply: dict[str, Any]) -> str | None:
         pids, ooms = self.isolation.limit_events()

@@ -56,7 +56,12 @@ def start_tree(task: Task, config: SandboxConfig) -> Path:
 def run_setup(sandbox: Sandbox, task: Task, timeout: float | None = None) -> None:
     """Runs the task's setup commands (`Task.setup`) in `sandbox`; the first that fails raises
     `SandboxError`."""
-    for command in task.setup():
+    run_commands(sandbox, task.setup(), timeout)
+
+
+def run_commands(sandbox: Sandbox, commands: list[str], timeout: float | None = None) -> None:
+    """Runs setup commands in `sandbox`, in order; the first that fails raises `SandboxError`."""
+    for command in commands:
         result = sandbox.run(command, timeout=timeout)
         if result.exit_code != 0:
             raise SandboxError(f"setup command {command!r} failed: {result.output[-500:]}")

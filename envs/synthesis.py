@@ -20,13 +20,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from envs.docker import ensure_image
 from envs.factory import resolve_backend, start_sandbox
 from envs.grading import GRADER_INI, Validation, validate_task
 from envs.grading import RUNNER as GRADE_RUNNER
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
-from envs.task_env import build_bwrap_env, docker_env_image, env_key
+from envs.start_tree import run_commands
+from envs.task_env import build_environment, env_key
 from tasks.environment import Environment, declared_environment
 from tasks.suite import load_task
 from tasks.synth import (
@@ -167,21 +167,20 @@ def sandbox_starter(
     key = config.model_dump_json(include={"backend", "image", "python_env"})
     if environment is None:
         return lambda: start_sandbox(config, repo), key
-    image = None
-    if resolve_backend(config.backend) == "docker":
-        image, context = docker_env_image(environment, config.image)
-        ensure_image(image, context)
-    else:
-        config = config.model_copy(update={"python_env": build_bwrap_env(environment, quiet=True)})
+    backend = resolve_backend(config.backend)
+    built = build_environment(environment, backend, config.image, quiet=True)
+    image = built if backend == "docker" else None
+    if backend != "docker":
+        config = config.model_copy(update={"python_env": Path(built)})
     commands = environment.setup_commands()
 
     def start() -> ExecutorSandbox:
         sandbox = start_sandbox(config, repo, image)
-        for command in commands:
-            made = sandbox.run(command, timeout=120)
-            if made.exit_code != 0:
-                sandbox.close()
-                raise SandboxError(f"the environment's setup failed: {command}: {made.output[-500:]}")
+        try:
+            run_commands(sandbox, commands, timeout=120)
+        except SandboxError:
+            sandbox.close()
+            raise
         return sandbox
 
     return start, f"{key} {env_key(environment, config.image)}"

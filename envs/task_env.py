@@ -186,10 +186,16 @@ def build_task_env(task: Task, config: SandboxConfig, quiet: bool = False) -> st
     environment = task.environment
     if environment is None:
         raise EnvBuildError(f"task {task.id} has no environment of its own")
-    if config.backend != "docker":
-        return str(build_bwrap_env(environment, quiet))
-    if task.image is not None and task.image_build is not None:
+    if config.backend == "docker" and task.image is not None and task.image_build is not None:
         ensure_image(task.image, task.image_build)
-    image, context = docker_env_image(environment, task.image or config.image)
+    return build_environment(environment, config.backend, task.image or config.image, quiet)
+
+
+def build_environment(environment: Environment, backend: str, base_image: str, quiet: bool = False) -> str:
+    """Builds `environment` for `backend` (resolved, not auto): its folder (bwrap), or its image on
+    `base_image` (docker, built offline from the context here)."""
+    if backend != "docker":
+        return str(build_bwrap_env(environment, quiet))
+    image, context = docker_env_image(environment, base_image)
     ensure_image(image, context)
     return image

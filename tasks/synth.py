@@ -302,7 +302,7 @@ def traced_run(
     runners: Sequence[PytestRunner], tests: list[str], sources: list[str], timeout: float
 ) -> PytestRun:
     """The traced run of `tests`, as many shards as runners (every n-th test file), side by side, merged."""
-    shards = [tests[k :: len(runners)] for k in range(len(runners)) if tests[k :: len(runners)]]
+    shards = [shard for k in range(len(runners)) if (shard := tests[k :: len(runners)])]
     if len(shards) <= 1:
         return runners[0].run_tests(tests, sources, timeout)
     with ThreadPoolExecutor(len(shards), thread_name_prefix="synth-trace") as pool:
