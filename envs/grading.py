@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
+from envs.lifecycle import close_later
 from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
 from envs.run_plan import RunPlan, plan_run, verdict
@@ -178,7 +179,7 @@ def grade_patch(
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
-        sandbox.close()
+        close_later(sandbox)  # the grade is decided: it is returned while the sandbox goes
 
 
 def _judge_while_starting(

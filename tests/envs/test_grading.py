@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
+import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +19,7 @@ from tasks.canaries import Canary
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
+from tests.envs.test_cleanup import NOTHING, leftovers
 
 FORCE_PASS_CONFTEST = """\
 import pytest
@@ -208,6 +212,57 @@ def test_grades_are_deterministic(builtin_task: Task, backend: str) -> None:
     dumps = {g.model_dump_json(exclude={"duration_s"}) for g in grades}
     assert len(dumps) == 1
     assert grades[0].correct == 1.0
+
+
+def test_the_grade_is_returned_while_its_sandbox_closes(
+    builtin_task: Task, backend: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The grade does not wait for the sandbox's close (a container's stop on Docker), and the close still
+    happens."""
+    release, closed = threading.Event(), threading.Event()
+    close = ExecutorSandbox.close
+
+    def held_close(self: ExecutorSandbox) -> None:
+        release.wait(60)
+        close(self)
+        closed.set()
+
+    monkeypatch.setattr(ExecutorSandbox, "close", held_close)
+    grade = grade_patch(builtin_task, builtin_task.gold_patch or "", SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    assert grade.correct == 1.0
+    assert not closed.is_set()  # returned with the close still held
+    release.set()
+    assert closed.wait(60)
+
+
+GRADE_AND_EXIT = """
+import json, sys
+from pathlib import Path
+from envs.grading import grade_patch
+from envs.lifecycle import current_owner
+from envs.sandbox import SandboxConfig
+from tasks.suite import load_suite
+task = load_suite("builtin")[0]
+config = SandboxConfig(backend=sys.argv[1], state_dir=Path(sys.argv[2]))
+grade = grade_patch(task, task.gold_patch, config)
+print(json.dumps({"correct": grade.correct, "run": current_owner(config.state_dir, config.expiry_s).run_id}))
+"""
+
+
+def test_a_process_that_exits_right_after_a_grade_leaves_no_sandbox(backend: str, tmp_path: Path) -> None:
+    """The interpreter waits at exit for a grading sandbox still closing."""
+    state_dir = tmp_path / "state"
+    proc = subprocess.run(
+        [sys.executable, "-c", GRADE_AND_EXIT, backend, str(state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["correct"] == 1.0
+    assert leftovers(state_dir, result["run"]) == NOTHING
 
 
 def test_a_patch_that_does_not_apply_scores_zero(builtin_task: Task) -> None:
