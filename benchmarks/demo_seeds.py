@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/demo_seeds.py [--seeds 0-9] [--backend bwrap] [--json PATH] [KEY=VALUE ...]
 
 Each seed builds its own tiny model, warm-starts it, evaluates it, trains it with GRPO and evaluates it
-again on the same evaluation seeds (`harness/train_demo.py`; KEY=VALUE overrides its settings, e.g.
+again on the same evaluation seeds (`harness/training/train_demo.py`; KEY=VALUE overrides its settings, e.g.
 grpo_steps=6). Printed per seed: the warm start's epochs, the pass rate of the warm start and after GRPO,
 the mean reward of the first and last two GRPO steps, and the minutes it took; then how many seeds
 improved and the median and range of each column. The target: the pass rate after GRPO is above the
@@ -29,7 +29,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from harness.train_demo import DemoConfig, run_training_demo
+from harness.training.train_demo import DemoConfig, run_training_demo
 
 TARGET_SHARE = 0.9
 """Share of the seeds whose pass rate must rise."""

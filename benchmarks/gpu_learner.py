@@ -39,7 +39,7 @@ from learner import Plan, make_segments, our_rows  # benchmarks/learner.py
 from rich.console import Console
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from harness.learner import Learner, LearnerConfig, micro_batches
+from harness.training.learner import Learner, LearnerConfig, micro_batches
 
 
 @dataclass(frozen=True)

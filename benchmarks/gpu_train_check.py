@@ -6,7 +6,7 @@
 device-facing parts directly, as `train` does with `device=cuda`: the tiny model (`policies/tiny.py`,
 built here, nothing downloaded) sampled by `HFPolicy` on the device; rows made from those generations
 (prompt masked out, advantages of both signs); the learner in float32 and with bfloat16 autocast
-(`learner.dtype`); a checkpoint written and resumed from (`harness/checkpoint.py`); and the new weights
+(`learner.dtype`); a checkpoint written and resumed from (`harness/training/checkpoint.py`); and the new weights
 handed back to the sampler. Checks, each PASS or FAIL:
 
 - every parameter of sampler and learner is on the device;
@@ -40,9 +40,9 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a script from anywhere
 
-from harness.checkpoint import load_checkpoint, optimizer_state, save_checkpoint
-from harness.distributed import resolve_device
-from harness.learner import Learner, LearnerConfig, Row
+from harness.training.checkpoint import load_checkpoint, optimizer_state, save_checkpoint
+from harness.training.distributed import resolve_device
+from harness.training.learner import Learner, LearnerConfig, Row
 from policies.base import SamplingParams
 from policies.hf import HFPolicy
 from policies.tiny import build_tiny_model

@@ -49,7 +49,7 @@ from rich.console import Console
 from rich.table import Table
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from harness.learner import Learner, LearnerConfig, Row, micro_batches
+from harness.training.learner import Learner, LearnerConfig, Row, micro_batches
 from policies.tiny import build_tiny_model
 
 TARGET_RATIO = 1.5

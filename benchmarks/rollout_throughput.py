@@ -6,7 +6,7 @@ Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ra
 
 - Rollouts: episodes per minute of `scripted:gold` (the gold patch in a few tool calls) and of a tiny
   random `hf` model (`policies/tiny.py`; 4 turns of at most 32 tokens, so it never solves anything), in one process (`run_batch`, 2 at a time)
-  and on 2 Ray rollout workers (`harness/cluster.py`, 1 episode at a time each). The same N episodes in
+  and on 2 Ray rollout workers (`harness/rollouts/cluster.py`, 1 episode at a time each). The same N episodes in
   each, the four runs interleaved and repeated (`--repeats`); the start-up (Ray actors, model load, first
   sandboxes, timed on 2 warm-up episodes) is reported apart from the steady rate.
 - Learner idle fraction: `harness train` on the tiny model for a few steps, in sync and in async mode
@@ -35,10 +35,10 @@ from rich.console import Console
 from rich.table import Table
 
 from envs.sandbox import SandboxConfig
-from harness.cluster import ClusterRollouts, start_local_ray
-from harness.loop import LoopConfig
-from harness.rollout import RolloutConfig, SandboxPool, run_batch
-from harness.train import TrainConfig, train
+from harness.agent.loop import LoopConfig
+from harness.rollouts.cluster import ClusterRollouts, start_local_ray
+from harness.rollouts.local import RolloutConfig, SandboxPool, run_batch
+from harness.training.train import TrainConfig, train
 from policies.base import SamplingParams
 from policies.spec import make_policy
 from policies.tiny import build_tiny_model

@@ -25,12 +25,12 @@ from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.task_env import build_task_env
+from harness.agent.trajectory import Trajectory
 from harness.config import ConfigError, load_config
-from harness.replay import SORT_KEYS
-from harness.rollout import RolloutConfig, RolloutSummary, rollout
-from harness.runs import RunError, RunRead, Selection
-from harness.store import RunFileError, RunStore
-from harness.trajectory import Trajectory
+from harness.inspection.replay import SORT_KEYS
+from harness.inspection.runs import RunError, RunRead, Selection
+from harness.rollouts.local import RolloutConfig, RolloutSummary, rollout
+from harness.rollouts.store import RunFileError, RunStore
 from policies.spec import PolicySpecError
 from tasks.importing import ImportReport
 from tasks.model import Task
@@ -667,7 +667,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from harness.viewer import ViewerError, serve_viewer
+    from harness.inspection.viewer import ViewerError, serve_viewer
 
     def ready(url: str) -> None:
         print(f"harness view: {url}  (Ctrl-C to stop)", flush=True)
@@ -689,7 +689,7 @@ def check_model_folder(model: Path, config: Path | None) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from harness.train import TrainConfig, train
+    from harness.training.train import TrainConfig, train
 
     config = load_config(TrainConfig, args.config, args.overrides)
     if args.print_config:
@@ -710,7 +710,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
-    from harness.sft import SFTConfig, run_sft
+    from harness.training.sft import SFTConfig, run_sft
 
     config = load_config(SFTConfig, args.config, args.overrides)
     if args.print_config:
@@ -729,7 +729,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from harness.demo import run_demo
 
         return run_demo(args.backend)
-    from harness.train_demo import DemoConfig, run_training_demo
+    from harness.training.train_demo import DemoConfig, run_training_demo
 
     config = load_config(DemoConfig, None, args.overrides, {"backend": args.backend, "out": str(args.out)})
     result = run_training_demo(config)
@@ -737,7 +737,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def add_selection(p: argparse.ArgumentParser, with_id: bool = False) -> None:
-    """The flags that pick trajectories of a run (harness.runs.Selection)."""
+    """The flags that pick trajectories of a run (harness.inspection.runs.Selection)."""
     if with_id:
         p.add_argument(
             "--id", default=None, help="one trajectory, e.g. TASK/0 (`harness runs RUN` lists them)"
@@ -809,8 +809,8 @@ def report_unread(run: RunRead) -> int:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from harness.replay import run_row, runs_caption, runs_table, sort_trajectories
-    from harness.runs import advantages, open_run, read_run, select
+    from harness.inspection.replay import run_row, runs_caption, runs_table, sort_trajectories
+    from harness.inspection.runs import advantages, open_run, read_run, select
 
     run = read_run(open_run(args.run))
     trained = advantages(args.run, run.skipped)
@@ -831,8 +831,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from harness.replay import Folding, RunContext, show
-    from harness.runs import follow, open_run, read_run, select
+    from harness.inspection.replay import Folding, RunContext, show
+    from harness.inspection.runs import follow, open_run, read_run, select
 
     store = open_run(args.run)
     chosen = selection(args)
@@ -873,8 +873,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
     """Re-executes every chosen trajectory; 0 when all reproduce, 1 on a divergence, 3 on an infra error."""
-    from harness.reexecute import reexecute, report_view
-    from harness.runs import load_setup, load_tasks, open_run, read_run, select
+    from harness.inspection.reexecute import reexecute, report_view
+    from harness.inspection.runs import load_setup, load_tasks, open_run, read_run, select
 
     run = read_run(open_run(args.run))
     trajectories = select(run, chosen)
@@ -904,7 +904,7 @@ def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from harness.export import export
+    from harness.inspection.export import export
 
     result = export(args.run, args.format, selection(args), args.out, args.suite)
     print(f"wrote {result.rows} rows ({result.trajectories} trajectories) to {result.path}")

@@ -20,7 +20,7 @@ from envs.sandbox import SandboxConfig
 from tasks.suite import load_suite
 
 if TYPE_CHECKING:
-    from harness.train_demo import DemoResult
+    from harness.training.train_demo import DemoResult
     from policies.hf import HFPolicy
 
 # Tests stay on loopback: litellm must not fetch its price list from the internet when imported.
@@ -45,12 +45,12 @@ fleet's latency, memory and processes), restart the Docker daemon every sandbox 
 sandbox's containers and control groups. A test in another file that measures the whole host carries
 the `serial` mark itself (tests/envs/test_limits.py's bombs)."""
 LONG_FIRST = (
-    "tests/harness/test_train_demo.py",
+    "tests/harness/training/test_train_demo.py",
     "tests/faults/test_crashes.py",
     "tests/harness/test_cli_tasks.py",
     "tests/tasks/test_synth.py",
     "tests/faults/test_forgers.py",
-    "tests/harness/test_train_distributed.py",
+    "tests/harness/training/test_train_distributed.py",
 )
 """The longest files (minutes each), collected first: pytest-xdist hands out files in collection order
 (`--no-loadscope-reorder`), so that the run does not end on one worker busy with one of them."""
@@ -206,7 +206,7 @@ def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_p
     gold-or-decoy`): the same trajectories and rewards on every machine, with solved and failed rollouts,
     parse errors, self-summaries in every trajectory, advantages of both signs, learner.jsonl and a
     checkpoint. Only the log-probs differ between CPUs."""
-    from harness.train import TrainConfig, train
+    from harness.training.train import TrainConfig, train
 
     require_backend("bwrap")
 
@@ -241,7 +241,7 @@ def demo_run(
     OUT/grpo is a training run directory; OUT/sft/demonstrations/* and OUT/eval-* are rollout run
     directories. What the model samples differs between CPUs: tests that need a run of fixed content use
     `scripted_training_run`."""
-    from harness.train_demo import DemoConfig, run_training_demo
+    from harness.training.train_demo import DemoConfig, run_training_demo
 
     require_backend("bwrap")
     out = tmp_path_factory.mktemp(f"demo-{request.param}") / "run"

@@ -22,7 +22,7 @@ from envs.factory import start_task_sandbox
 from envs.grading import grade_patch
 from envs.sandbox import SandboxConfig
 from envs.task_env import build_task_env
-from harness.store import RunStore
+from harness.rollouts.store import RunStore
 from tasks.environment import Environment, declared_environment
 from tasks.model import HiddenTests, Task
 from tasks.patches import git

@@ -17,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from harness.store import read_lines
+from harness.rollouts.store import read_lines
 
 INJECT = [sys.executable, "-m", "tests.faults.inject"]
 MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"

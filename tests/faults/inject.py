@@ -35,7 +35,8 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from harness import cli, store
+from harness import cli
+from harness.rollouts import store
 
 
 class Heartbeat:
@@ -119,7 +120,7 @@ def stall_checkpoints(marker: Path) -> None:
 
 
 def stall_after_saves(marker: Path) -> None:
-    from harness import train
+    from harness.training import train
 
     original = train.save_checkpoint
 
@@ -135,7 +136,7 @@ STALLS = {"append": stall_appends, "checkpoint": stall_checkpoints, "saved": sta
 
 
 def serve_forks(exits: Path) -> None:
-    import harness.train  # noqa: F401  (the slow imports, once)
+    import harness.training.train  # noqa: F401  (the slow imports, once)
 
     exits.mkdir(parents=True, exist_ok=True)
     threading.Thread(target=reap_children, args=(exits,), daemon=True).start()

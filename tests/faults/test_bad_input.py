@@ -21,10 +21,10 @@ from typing import Any, Literal
 
 import pytest
 
-from harness.parsing import parse_tool_call
-from harness.rollout import RolloutConfig, rollout
-from harness.store import RunStore, SegmentAdvantage, torn_tail
-from harness.trajectory import Trajectory
+from harness.agent.parsing import parse_tool_call
+from harness.agent.trajectory import Trajectory
+from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.store import RunStore, SegmentAdvantage, torn_tail
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.model import Task
 from tasks.patches import git

@@ -26,8 +26,8 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
-from harness.checkpoint import latest_checkpoint
-from harness.store import read_lines
+from harness.rollouts.store import read_lines
+from harness.training.checkpoint import latest_checkpoint
 from tests.conftest import require_backend
 from tests.faults.common import MINI, NOTHING, Forked, ForkServer, leftovers, short_dir
 

@@ -40,7 +40,7 @@ from envs.python_env import sandbox_env
 from envs.remote import ExecutorSandbox
 from envs.replacing import ReplacingSandbox
 from envs.sandbox import SandboxConfig
-from harness.loop import LoopConfig, run_episode
+from harness.agent.loop import LoopConfig, run_episode
 from policies.base import SamplingParams
 from policies.scripted import ScriptedPolicy
 from summarizer import SummaryConfig

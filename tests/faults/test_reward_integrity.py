@@ -17,11 +17,11 @@ from typing import Any, Literal
 import pytest
 import torch
 
-from harness.grpo import group_advantages
-from harness.learner import LearnerConfig, rows_from_trajectories
-from harness.rollout import RolloutConfig, episode_seed, rollout
-from harness.store import RunStore
-from harness.trajectory import Segment, Trajectory, Turn
+from harness.agent.trajectory import Segment, Trajectory, Turn
+from harness.rollouts.local import RolloutConfig, episode_seed, rollout
+from harness.rollouts.store import RunStore
+from harness.training.grpo import group_advantages
+from harness.training.learner import LearnerConfig, rows_from_trajectories
 from policies.base import ChatReply, SamplingParams
 from policies.hacker import HACKERS, package_dir
 from policies.scripted import ScriptedPolicy

@@ -12,7 +12,7 @@ from envs.docker import image_exists, remove_image
 from envs.factory import start_sandbox
 from envs.grading import grade_patch, validate_task
 from envs.sandbox import SandboxConfig, SandboxError
-from harness.store import RunStore
+from harness.rollouts.store import RunStore
 from tasks.harbor import import_harbor
 from tasks.model import Task
 from tasks.suite import load_suite

@@ -1,0 +1,148 @@
+"""Chat trajectories (e.g. `scripted:gold` rollouts) as token rows for supervised warm starts.
+
+Each segment is rendered with the model's own chat format, the same way a token-exact episode grows: the
+prompt whole, then every assistant message as the text the model would generate (its content and its
+tool call as `<tool_call>{json}</tool_call>`) followed by the stop id (loss mask 1), then the closing and
+the next messages as template deltas (loss mask 0). Summaries are assistant messages too, so they are
+trained on.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.sandbox import SandboxConfig
+from harness.agent.loop import LoopConfig
+from harness.agent.trajectory import Trajectory
+from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.store import RunStore
+from harness.training.learner import Learner, LearnerConfig, Row
+from policies.chat_format import ChatFormat, assistant_text
+from policies.hf import HFPolicy
+from summarizer import SummaryConfig
+from tasks.suite import load_suite
+from tools import Toolbox, ToolsConfig
+
+
+def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], fmt: ChatFormat) -> Row:
+    ids = fmt.prompt_ids(list(messages[:2]), tools)
+    mask = [0] * len(ids)
+    later = list(messages[2:])
+    for k, message in enumerate(later):
+        if message["role"] == "assistant":
+            produced = [*fmt.encode(assistant_text(message)), fmt.stop_ids[0]]
+            ids += produced
+            mask += [1] * len(produced)
+            closing = list(fmt.closing_ids)
+            ids += closing
+            mask += [0] * len(closing)
+        else:  # as a token episode grows: the assistant's opening only before an assistant message
+            answered = k + 1 < len(later) and later[k + 1]["role"] == "assistant"
+            delta = fmt.message_ids(message, reply=False) + (list(fmt.reply_ids) if answered else [])
+            ids += delta
+            mask += [0] * len(delta)
+    return Row(ids=ids, mask=mask, sampler_logprobs=[0.0] * len(ids), advantage=0.0)
+
+
+def sft_rows(
+    trajectories: Sequence[Trajectory],
+    tools_for: Callable[[str], list[dict[str, Any]]],
+    fmt: ChatFormat,
+    solved_only: bool = True,
+) -> list[Row]:
+    """One row per segment of every (solved) trajectory; `tools_for(task_id)` gives its tools."""
+    rows = []
+    for t in trajectories:
+        if solved_only and (t.grade is None or t.grade.correct != 1.0):
+            continue
+        for segment in t.segments:
+            if segment.messages:
+                rows.append(segment_row(segment.messages, tools_for(t.task_id), fmt))
+    return rows
+
+
+class SFTConfig(BaseModel):
+    """A supervised warm start on gold trajectories of a suite."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    """A Hugging Face model folder with the starting weights."""
+    suite: str = "builtin"
+    tasks: list[str] | None = None
+    out: Path = Path("runs/sft")
+    scripts: list[str] = Field(default_factory=lambda: ["gold"])
+    """Scripted policies that make the demonstrations: `gold`, `gold-min`, `decoy`, or a FILE."""
+    solved_only: bool = True
+    """Train only on demonstrations that solved their task."""
+    epochs: int = Field(default=10, ge=1)
+    """Passes over the demonstrations at most."""
+    target_loss: float | None = Field(default=None, gt=0)
+    """Stop after the first epoch whose mean loss is at most this: the demonstrations are learnt. How many
+    epochs that takes varies between machines (their rounding differs); the model it gives does not."""
+    rows_per_step: int = Field(default=8, ge=1)
+    seed: int = 0
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
+
+
+def run_sft(
+    config: SFTConfig,
+    on_step: Callable[[int, dict[str, float]], None] | None = None,
+    on_epoch: Callable[[int, float], None] | None = None,
+) -> Path:
+    """Rolls out the demonstrations, trains on them, and saves the model to OUT/model; returns that folder.
+    `on_epoch` gets each epoch's index and mean loss."""
+    trajectories: list[Trajectory] = []
+    for script in config.scripts:
+        demos = RolloutConfig(
+            suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}",
+            out=config.out / "demonstrations" / Path(script).name, seed=config.seed, loop=config.loop,
+            summary=config.summary, sandbox=config.sandbox,
+        )  # fmt: skip
+        rollout(demos)
+        # The run file is in finishing order, which concurrency makes vary; the seed fixes the rest.
+        trajectories += sorted(RunStore(demos.out).trajectories(), key=lambda t: (t.task_id, t.sample_index))
+    tasks = {t.id: t for t in load_suite(config.suite)}
+    policy = HFPolicy(config.model, seed=config.seed)
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+
+    def tools_for(task_id: str) -> list[dict[str, Any]]:
+        task = tasks[task_id]
+        allowed = ToolsConfig(
+            test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled
+        )
+        return Toolbox(allowed).schemas()
+
+    rows = sft_rows(trajectories, tools_for, fmt, config.solved_only)
+    if not rows:
+        raise ValueError(f"no demonstration to train on in {config.out / 'demonstrations'}")
+    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
+    learner = Learner(policy.model, config.learner, pad_id=pad_id)
+    order = random.Random(config.seed)
+    step = 0
+    for epoch in range(config.epochs):
+        shuffled = list(rows)
+        order.shuffle(shuffled)
+        losses = []
+        for start in range(0, len(shuffled), config.rows_per_step):
+            metrics = learner.sft_step(shuffled[start : start + config.rows_per_step])
+            losses.append(metrics["loss"])
+            if on_step is not None:
+                on_step(step, metrics)
+            step += 1
+        if on_epoch is not None:
+            on_epoch(epoch, sum(losses) / len(losses))
+        if config.target_loss is not None and sum(losses) / len(losses) <= config.target_loss:
+            break
+    out = config.out / "model"
+    policy.model.save_pretrained(out, safe_serialization=True)
+    policy.tokenizer.save_pretrained(out)  # type: ignore[attr-defined]
+    return out

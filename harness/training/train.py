@@ -1,0 +1,467 @@
+"""`harness train`: sample tasks, roll out groups with the current policy, grade, update, repeat.
+
+Each step: draw `tasks_per_step` tasks, run `group_size` rollouts of each with the current weights
+(in-process; every token tagged with the policy version that sampled it), grade them, turn rewards into
+group advantages, take one optimizer step, and hand the new weights to the sampler. Metrics go to
+metrics.jsonl and TensorBoard, trajectories to trajectories.jsonl, checkpoints to checkpoints/step-N.
+`resume=True` continues from the last checkpoint; finished rollouts of the interrupted step are reused
+from the run file, so a resumed run on a CPU gives the results of an uninterrupted one.
+
+`mode: async` rolls out step n+1 in a background thread while the learner trains on step n
+(`harness/training/async_rollouts.py`): the sampler is a separate copy of the model (or the server), takes the
+newest weights between batches, and groups more than `max_staleness` versions old are dropped.
+
+`cluster.address` runs the rollouts on Ray actors (`harness/rollouts/cluster.py`), which get the new weights
+through Ray's object store after every step, or, with `sampler`, sample on the servers and are told which
+servers hold the new weights; without it nothing imports Ray.
+
+`device` places the model (learner, in-process sampler, KL reference): a GPU when there is one. Under
+`torchrun` the learner runs on every process (`harness/training/distributed.py`): rank 0 leads (rollouts, run
+directory, servers) and sends each step's rows to the others, which follow, step for step.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from envs.reward import RewardConfig
+from envs.sandbox import SandboxConfig
+from harness.agent.loop import LoopConfig
+from harness.agent.scripted_tokens import ScriptedTokens
+from harness.agent.trajectory import Trajectory
+from harness.rollouts.local import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
+from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
+from harness.training import distributed
+from harness.training.async_rollouts import AsyncRollouts, Handoff, fresh_groups
+from harness.training.checkpoint import (
+    MetricsWriter,
+    latest_checkpoint,
+    load_checkpoint,
+    optimizer_state,
+    save_checkpoint,
+    save_weights,
+)
+from harness.training.distributed import Processes
+from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
+from policies.base import SamplingParams, TokenPolicy
+from policies.hf import HFPolicy
+from policies.spec import parse_spec
+from policies.tito import ReloadEndpoint, TitoPolicy
+from summarizer import SummaryConfig
+from tasks.model import Task
+from tasks.suite import load_suite
+
+if TYPE_CHECKING:
+    from harness.rollouts.cluster import ClusterRollouts
+
+
+class TrainConfig(BaseModel):
+    """A training run; saved as the run's config.yaml."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    """A Hugging Face model folder with the starting weights."""
+    sampler: str | None = None
+    """`tito:MODEL@URL`: a completions server (`harness serve`, vLLM) samples the rollouts, and after every
+    step loads the new weights from RUN/weights/step-N through its load endpoint. Default: the learner's
+    own model samples in-process. Several servers: `tito:MODEL@URL1,URL2` (load-balanced)."""
+    sampler_reload: ReloadEndpoint = "harness"
+    """How the sampler servers load new weights: `harness` (`harness serve`'s POST /v1/load_weights),
+    `sglang` (POST /update_weights_from_disk) or `vllm` (`vllm serve` with VLLM_SERVER_DEV_MODE=1:
+    POST /collective_rpc reload_weights, then /reset_prefix_cache; docs/scale.md)."""
+    mode: Literal["sync", "async"] = "sync"
+    """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
+    max_staleness: int = Field(default=1, ge=0)
+    """Async mode: a group is trained only if its oldest token is at most this many policy versions behind
+    the learner; older groups are dropped (counted in `groups_dropped_stale`)."""
+    suite: str = "builtin"
+    tasks: list[str] | None = None
+    """Task ids to train on (default: the whole suite)."""
+    out: Path = Path("runs/train")
+    steps: int = Field(default=10, ge=1)
+    tasks_per_step: int = Field(default=4, ge=1)
+    group_size: int = Field(default=4, ge=2)
+    """Rollouts per task per step; GRPO compares within these groups."""
+    concurrency: int = Field(default=2, ge=1)
+    seed: int = 0
+    checkpoint_every: int = Field(default=1, ge=1)
+    loop: LoopConfig = Field(default_factory=LoopConfig)
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model, or
+    on the `sampler` servers."""
+    script: Literal["gold-or-decoy"] | None = None
+    """Instead of sampling, the policy plays scripted fixes as its own tokens, with its own log-probs: the
+    gold fix or a wrong one, and sometimes a message with no tool call first, chosen by each episode's seed
+    (`harness/agent/scripted_tokens.py`). Every machine gets the same trajectories and rewards, so tests and
+    demonstrations of the training path do not depend on what a tiny model happens to sample. In-process,
+    synchronous runs only."""
+    device: str = "auto"
+    """Where the model, the in-process sampler and the KL reference live: `auto` (CUDA when there is a GPU,
+    else the CPU), `cpu`, `cuda` or `cuda:N`. Under torchrun `auto` and `cuda` mean cuda:LOCAL_RANK."""
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        return distributed.check_device(value)
+
+    @field_validator("sampler")
+    @classmethod
+    def _token_server(cls, value: str | None) -> str | None:
+        if value is not None:
+            backend, _ = parse_spec(value)
+            if backend != "tito":
+                raise ValueError(f"{value!r}: the sampler must be a token server, tito:MODEL@URL")
+        return value
+
+    @model_validator(mode="after")
+    def _script_in_process(self) -> TrainConfig:
+        if self.script is not None and (self.sampler or self.cluster.address or self.mode != "sync"):
+            raise ValueError(
+                "script plays in-process and synchronously: leave sampler, cluster.address and mode"
+            )
+        return self
+
+    def rollout_config(self) -> RolloutConfig:
+        return RolloutConfig(
+            suite=self.suite, tasks=self.tasks, policy=self.sampler or f"hf:{self.model}", group_size=self.group_size,
+            concurrency=self.concurrency, seed=self.seed, out=self.out, loop=self.loop,
+            sampling=self.sampling, summary=self.summary, sandbox=self.sandbox, reward=self.reward,
+            cluster=self.cluster,
+        )  # fmt: skip
+
+
+def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
+    graded = [t for t in trajectories if t.status != "infra_error"]
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / len(values) if values else 0.0
+
+    return {
+        "reward_mean": mean([t.reward for t in graded]),
+        "pass_rate": mean([float(bool(t.grade and t.grade.correct == 1.0)) for t in graded]),
+        "infra_errors": float(len(trajectories) - len(graded)),
+        "turns_mean": mean([t.metrics.turns for t in trajectories]),
+        "summaries_per_trajectory": mean([t.metrics.summaries for t in trajectories]),
+        "tokens_generated": float(sum(t.metrics.generated_tokens for t in trajectories)),
+        "tokens_total": float(sum(t.metrics.total_tokens for t in trajectories)),
+        "parse_errors_mean": mean([t.metrics.parse_errors for t in trajectories]),
+        "suspicious_fraction": mean([float(bool(t.grade and t.grade.suspicion)) for t in graded]),
+        "tampered_fraction": mean([float(bool(t.grade and t.grade.tampering)) for t in graded]),
+    }
+
+
+def train(
+    config: TrainConfig, resume: bool = False, on_step: Callable[[int, dict[str, float]], None] | None = None
+) -> list[dict[str, float]]:
+    """Runs the training steps not done yet; returns the metrics of the steps it ran (on rank 0; the other
+    processes of a torchrun launch return an empty list)."""
+    processes = distributed.start(config.device)
+    try:
+        found = latest_checkpoint(config.out / "checkpoints") if resume else None
+        found = distributed.broadcast(processes, found)  # rank 0's view of the run directory decides
+        if not processes.main:
+            _follow(config, processes, found)
+            return []
+        return _lead(config, processes, found, resume, on_step)
+    finally:
+        distributed.stop(processes)
+
+
+def _lead(
+    config: TrainConfig,
+    processes: Processes,
+    found: Path | None,
+    resume: bool,
+    on_step: Callable[[int, dict[str, float]], None] | None,
+) -> list[dict[str, float]]:
+    """The whole run on one process, or rank 0's part of it: everything but the learner's other shares."""
+    tasks = select(load_suite(config.suite), config.tasks)
+    store = RunStore(config.out)
+    # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
+    saved = {(t.task_id, t.sample_index): t for t in store.create(config)}
+    checkpoints = config.out / "checkpoints"
+    weights_at = found / "model" if found else config.model
+    policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
+    server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
+    sampler: TokenPolicy = server or (ScriptedTokens(policy, tasks) if config.script else policy)
+    order = random.Random(config.seed)
+    start = 0
+    if saved_state is not None:
+        start = saved_state["step"]
+        order.setstate(_tuple_state(saved_state["order"]))
+        policy.set_version(start)
+        _drop_metrics_from(store, start)
+    elif resume:
+        _drop_metrics_from(store, 0)
+    if server is not None:  # the server samples with the weights the learner starts from
+        server.load_weights(weights_at.resolve(), start)
+    writer = MetricsWriter(config.out)
+    pool = SandboxPool(config.sandbox)
+    rollout_config = config.rollout_config()
+    cluster = _cluster(rollout_config, policy, start, server, config)
+    steps = range(start, config.steps)
+    plan = _plan(order, tasks, config.tasks_per_step, steps)
+    stop = threading.Event()
+
+    def roll(step: int) -> list[Trajectory]:
+        chosen, _ = plan[step - start]
+        jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
+        done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
+        todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
+        if cluster is not None:
+            new = cluster.run_batch(todo, store.append_trajectory, stop)
+        else:
+            new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory, stop)
+        return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
+
+    rollouts = None
+    if config.mode == "async":
+        handoff: Handoff[Any]
+        if server is not None:
+            handoff = _server_handoff(policy, server, config.out / "weights", cluster)
+        elif cluster is not None:
+            handoff = Handoff(lambda _: _cpu_weights(policy), cluster.load_state_dict)
+        else:  # the in-process sampler is a copy: the learner's weights change under it
+            own = HFPolicy(weights_at, device=str(processes.device), seed=config.seed)
+            own.set_version(start)
+            sampler = own
+            handoff = _copy_handoff(policy, own)
+        rollouts = AsyncRollouts(steps, roll, handoff, stop)
+    history: list[dict[str, float]] = []
+    try:
+        for step in steps:
+            started = time.monotonic()
+            staleness: dict[str, float] = {}
+            if rollouts is None:
+                rolled_batch = batch = roll(step)
+                rolled = time.monotonic()
+                timings = {"time_rollout_s": rolled - started}
+            else:
+                rolled_batch, rollout_s = rollouts.next_batch()
+                rolled = time.monotonic()
+                batch, staleness = fresh_groups(rolled_batch, step, config.max_staleness)
+                timings = {"time_rollout_s": rollout_s, "time_wait_s": rolled - started}
+            rows, advantage_stats = rows_from_trajectories(batch, config.learner) if batch else ([], {})
+            learned = learn(processes, learner, policy, rows, step + 1, _checkpoint_due(config, step))
+            _record_token_stats(store, step, rows, learned.logprobs)
+            policy.set_version(step + 1)
+            if rollouts is not None:
+                rollouts.learned(step + 1)
+            elif server is not None:
+                weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
+                _load_on_servers(server, cluster, weights.resolve(), step + 1)
+            elif cluster is not None:
+                cluster.load_state_dict(_cpu_weights(policy), step + 1)
+            metrics = {
+                **step_metrics(rolled_batch),
+                **advantage_stats,
+                **learned.metrics,
+                **staleness,
+                "policy_version": float(step + 1),
+                **timings,
+                "time_learn_s": time.monotonic() - rolled,
+            }
+            # The step's metrics before its checkpoint: a crash between the two redoes the step, whose
+            # lines a resume drops; the other way round, it would lose them.
+            writer.write(step, metrics)
+            if learned.optimizer is not None:
+                state = {"order": plan[step - start][1]}
+                save_checkpoint(
+                    checkpoints, step + 1, policy.model, policy.tokenizer, learned.optimizer, state
+                )
+            history.append(metrics)
+            if on_step is not None:
+                on_step(step, metrics)
+    finally:
+        if rollouts is not None:
+            rollouts.close()
+        pool.close_all()
+        writer.close()
+        if server is not None:
+            server.close()
+        if cluster is not None:
+            cluster.close()
+    return history
+
+
+def _follow(config: TrainConfig, processes: Processes, found: Path | None) -> None:
+    """Every process of a torchrun launch but rank 0: its share of each step's learning, nothing else."""
+    _, learner, saved_state = _start_learner(
+        config, processes, found / "model" if found else config.model, found
+    )
+    start = saved_state["step"] if saved_state is not None else 0
+    for step in range(start, config.steps):
+        learn(processes, learner, None, [], step + 1, _checkpoint_due(config, step))
+
+
+@dataclass(frozen=True)
+class Learned:
+    metrics: dict[str, float]
+    """The learner's metrics of the step (empty when the batch gave no rows)."""
+    logprobs: dict[tuple[str, int], list[float]]
+    """The learner's log-probs of every sourced row, from all processes (on rank 0)."""
+    optimizer: dict[str, Any] | None
+    """When a checkpoint is due: the whole optimizer state (on rank 0)."""
+
+
+def learn(
+    processes: Processes,
+    learner: Learner,
+    policy: HFPolicy | None,
+    rows: list[Row],
+    version: int,
+    checkpoint: bool,
+) -> Learned:
+    """One learner step, which every process takes with the same collectives in the same order: rank 0's
+    rows to all, the update on each one's share, the learner's log-probs back to rank 0, under FSDP the
+    whole new weights into rank 0's `policy` (which samples and is saved), and the optimizer state when
+    a checkpoint is due. In one process: `learner.grpo_step(rows)`."""
+    rows = distributed.broadcast(processes, rows)
+    metrics = learner.grpo_step(rows) if rows else {}
+    logprobs = distributed.merge_on_main(processes, learner.learner_logprobs)
+    if learner.sharded:
+        weights = distributed.full_weights(learner.model)
+        if policy is not None:
+            policy.load_state_dict(weights, version)
+    optimizer = optimizer_state(learner.model, learner.optimizer) if checkpoint else None
+    return Learned(metrics, logprobs, optimizer)
+
+
+def _start_learner(
+    config: TrainConfig, processes: Processes, weights_at: Path, found: Path | None
+) -> tuple[HFPolicy, Learner, dict[str, Any] | None]:
+    """The policy on this process's device, its learner, and the trainer state of checkpoint `found`
+    (whose optimizer state the learner takes)."""
+    device = str(processes.device)
+    policy = HFPolicy(weights_at, device=device, seed=config.seed)
+    model = policy.model
+    if processes.main and processes.world > 1 and config.learner.parallel == "fsdp":
+        model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one
+    pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
+    reference = None
+    if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
+        reference = HFPolicy(config.model, device=device).model.eval().requires_grad_(False)
+    learner = Learner(
+        model, config.learner, pad_id=pad_id, temperature=config.sampling.temperature, reference=reference
+    )
+    saved_state = load_checkpoint(found, learner.model, learner.optimizer) if found is not None else None
+    return policy, learner, saved_state
+
+
+def _checkpoint_due(config: TrainConfig, step: int) -> bool:
+    return (step + 1) % config.checkpoint_every == 0 or step + 1 == config.steps
+
+
+def _server(spec: str, tokenizer: Path, reload: ReloadEndpoint) -> TitoPolicy:
+    _, (model, url) = parse_spec(spec)
+    return TitoPolicy(model, url, tokenizer_path=str(tokenizer), reload=reload)
+
+
+def _plan(
+    order: random.Random, tasks: list[Task], per_step: int, steps: range
+) -> list[tuple[list[Task], object]]:
+    """The tasks of each step, and the state of `order` after drawing them (saved with the checkpoint)."""
+    plan: list[tuple[list[Task], object]] = []
+    for _ in steps:
+        plan.append((order.sample(tasks, min(per_step, len(tasks))), order.getstate()))
+    return plan
+
+
+def _cluster(
+    config: RolloutConfig, policy: HFPolicy, version: int, server: TitoPolicy | None, train: TrainConfig
+) -> ClusterRollouts | None:
+    """With `cluster.address`: the rollout workers, sampling with the learner's weights of `version`; with
+    `server`, on its servers that hold them, each worker through a client of its own."""
+    if config.cluster.address is None:
+        return None
+    from harness.rollouts.cluster import ClusterRollouts
+
+    if server is None or train.sampler is None:
+        cluster = ClusterRollouts(config)
+        cluster.load_state_dict(_cpu_weights(policy), version)
+    else:
+        cluster = ClusterRollouts(config, partial(_server, train.sampler, train.model, train.sampler_reload))
+        cluster.use_servers(version, server.holding(version))
+    return cluster
+
+
+def _load_on_servers(
+    server: TitoPolicy, cluster: ClusterRollouts | None, weights: Path, version: int
+) -> None:
+    """Every live server loads the folder `weights` as `version`; the cluster's workers then sample on the
+    servers that did."""
+    server.load_weights(weights, version)
+    if cluster is not None:
+        cluster.use_servers(version, server.holding(version))
+
+
+def _cpu_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
+    return {name: t.detach().to("cpu", copy=True) for name, t in policy.model.state_dict().items()}
+
+
+def _copy_handoff(policy: HFPolicy, own: HFPolicy) -> Handoff[dict[str, torch.Tensor]]:
+    """Async, in-process: a CPU copy of the learner's weights, loaded into the sampler's own model."""
+    return Handoff(lambda _: _cpu_weights(policy), own.load_state_dict)
+
+
+def _server_handoff(
+    policy: HFPolicy, server: TitoPolicy, root: Path, cluster: ClusterRollouts | None
+) -> Handoff[Path]:
+    """Async, on servers: the learner's weights saved to ROOT/step-N, which every server then loads."""
+
+    def save(version: int) -> Path:
+        return save_weights(root, version, policy.model, policy.tokenizer).resolve()
+
+    return Handoff(save, lambda weights, version: _load_on_servers(server, cluster, weights, version))
+
+
+def _record_token_stats(
+    store: RunStore, step: int, rows: list[Row], learner_logprobs: dict[tuple[str, int], list[float]]
+) -> None:
+    """One line per trained segment in learner.jsonl: its advantage and the learner's log-prob of each
+    model-produced token (in order; the sampler's are in the trajectory), for the viewer's token view."""
+    lines = []
+    for row in rows:
+        if row.source is None or row.source not in learner_logprobs:
+            continue
+        trajectory_id, segment = row.source
+        line = SegmentAdvantage(
+            step=step,
+            trajectory_id=trajectory_id,
+            segment=segment,
+            advantage=row.advantage,
+            learner_logprobs=[round(v, 5) for v in learner_logprobs[row.source]],
+        )
+        lines.append(line.model_dump_json())
+    if lines:  # the step's lines in one write
+        append_line(store.learner_path, "\n".join(lines))
+
+
+def _tuple_state(state: list[object]) -> tuple[object, ...]:
+    """random.Random state from JSON (lists back to tuples)."""
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)  # type: ignore[arg-type]
+
+
+def _drop_metrics_from(store: RunStore, step: int) -> None:
+    """A resumed run rewrites the metrics of steps after its checkpoint; the older lines stay."""
+    for path in (store.metrics_path, store.learner_path):
+        kept = [line for _, line in read_lines(path) if json.loads(line)["step"] < step]
+        write_atomic(path, "".join(kept).encode())

@@ -1,0 +1,134 @@
+"""`harness train` on a real tiny model: metrics and checkpoints are written, and resume changes nothing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+
+from harness.serve import create_app, running
+from harness.training.checkpoint import latest_checkpoint
+from harness.training.train import TrainConfig, train
+from policies.base import SamplingParams
+from policies.hf import HFPolicy
+from policies.tito import TitoPolicy
+from tests.harness.test_cli import harness
+
+MINI = Path(__file__).parents[2] / "data" / "suites" / "mini"
+TIMINGS = ("time_rollout_s", "time_learn_s")
+
+
+def config(model: Path, out: Path, steps: int) -> TrainConfig:
+    return TrainConfig.model_validate(
+        {
+            "model": str(model),
+            "suite": str(MINI),
+            "out": str(out),
+            "steps": steps,
+            "tasks_per_step": 1,
+            "group_size": 3,
+            "concurrency": 2,
+            "loop": {"max_turns": 3},
+            "sampling": {"max_new_tokens": 16, "temperature": 1.0},
+            "sandbox": {"backend": "bwrap"},
+            # Rewards are all 0 for a random model; the entropy term makes the update non-zero anyway.
+            "learner": {"lr": 1e-3, "entropy_coef": 0.01},
+        }
+    )
+
+
+def weights(run: Path) -> dict[str, torch.Tensor]:
+    checkpoint = latest_checkpoint(run / "checkpoints")
+    assert checkpoint is not None
+    return load_file(str(checkpoint / "model" / "model.safetensors"))
+
+
+def without_timings(metrics: dict[str, float]) -> dict[str, float]:
+    return {k: v for k, v in metrics.items() if k not in TIMINGS}
+
+
+def test_a_resumed_run_equals_an_uninterrupted_one(tiny_model_path: Path, tmp_path: Path) -> None:
+    straight = train(config(tiny_model_path, tmp_path / "straight", 3))
+    first = train(config(tiny_model_path, tmp_path / "resumed", 2))
+    rest = train(config(tiny_model_path, tmp_path / "resumed", 3), resume=True)
+    assert len(first) == 2 and len(rest) == 1  # the resumed run only ran the missing step
+    assert [without_timings(m) for m in straight] == [without_timings(m) for m in first + rest]
+    a, b = weights(tmp_path / "straight"), weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    start = load_file(str(tiny_model_path / "model.safetensors"))
+    assert any(not torch.equal(a[k], start[k]) for k in a)  # and training did change the weights
+    lines = (tmp_path / "resumed" / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [0, 1, 2]
+
+
+def test_train_writes_metrics_tensorboard_checkpoints_and_versions(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    (tmp_path / "train.yaml").write_text(config(tiny_model_path, out, 2).model_dump_json())
+    proc = harness("train", "--config", str(tmp_path / "train.yaml"), "learner.clip_high=0.3", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "step 2/2: reward" in proc.stderr
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for key in ("reward_mean", "pass_rate", "advantage_abs_mean", "loss", "clip_fraction", "approx_kl",
+                "is_abs_log_ratio_mean", "is_truncated_fraction", "grad_norm", "tokens_total",
+                "summaries_per_trajectory", "time_rollout_s", "time_learn_s"):  # fmt: skip
+        assert key in metrics[-1], key
+    assert list((out / "tensorboard").glob("events.out.tfevents.*"))
+    for step in (1, 2):
+        checkpoint = out / "checkpoints" / f"step-{step}"
+        assert {p.name for p in checkpoint.iterdir()} >= {"model", "optimizer.pt", "rng.pt", "trainer.json"}
+    versions = set()
+    for line in (out / "trajectories.jsonl").read_text().splitlines():
+        trajectory = json.loads(line)
+        versions.add(trajectory["policy_version"])
+        assert trajectory["group_id"].endswith(f"@v{trajectory['policy_version']}")
+    assert versions == {0, 1}  # step 2 sampled with the weights of step 1
+    # learner.jsonl: per trained segment, the learner's log-prob of each model-produced token; on-policy
+    # (ratio 1), so they match the sampler's log-probs of the same tokens.
+    trajectories = {
+        t["id"]: t for t in map(json.loads, (out / "trajectories.jsonl").read_text().splitlines())
+    }
+    learned = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
+    assert {line["step"] for line in learned} == {0, 1}
+    for line in learned:
+        segment = trajectories[line["trajectory_id"]]["segments"][line["segment"]]
+        sampled = [lp for turn in segment["turns"] for lp in turn["logprobs"]]
+        assert len(line["learner_logprobs"]) == len(sampled)
+        assert max(abs(a - b) for a, b in zip(line["learner_logprobs"], sampled, strict=True)) < 1e-3
+
+
+def test_bad_train_config_names_the_field(tmp_path: Path) -> None:
+    proc = harness("train", f"model={tmp_path}", "learner.lrr=1")
+    assert proc.returncode == 2 and "learner.lrr" in proc.stderr
+
+
+def test_a_server_samples_and_reloads_every_steps_weights(tiny_model_path: Path, tmp_path: Path) -> None:
+    """Rollouts sampled by `harness serve` on loopback; after each step it loads the learner's new weights."""
+    out = tmp_path / "run"
+    served = HFPolicy(tiny_model_path)  # starts with other weights: train() must load the run's own
+    served.load_state_dict({k: v + 0.01 for k, v in served.model.state_dict().items()}, version=7)
+    with running(create_app(served, model_name="tiny", max_model_len=4096)) as url:
+        spec = f"tito:tiny@{url}"
+        run = config(tiny_model_path, out, 2).model_copy(update={"sampler": spec})
+        train(run)
+        sampler = TitoPolicy("tiny", url, tokenizer_path=str(tiny_model_path))
+        assert sampler.version == 2
+        prompt = sampler.tokenizer.encode("def add(a, b):")
+        greedy = SamplingParams(max_new_tokens=8, temperature=0.0)
+        remote = sampler.generate(prompt, greedy)
+    lines = [json.loads(line) for line in (out / "trajectories.jsonl").read_text().splitlines()]
+    assert {t["policy_version"] for t in lines} == {0, 1} and {t["policy"] for t in lines} == {spec}
+    assert [p.name for p in (out / "weights").iterdir()] == ["step-2"]
+    final = latest_checkpoint(out / "checkpoints")
+    assert final is not None and final.name == "step-2"
+    local = HFPolicy(final / "model").generate(prompt, greedy)
+    assert remote.ids == local.ids and remote.policy_version == 2
+    assert max(abs(a - b) for a, b in zip(remote.logprobs, local.logprobs, strict=True)) < 1e-4
+
+
+def test_the_sampler_must_be_a_token_server(tmp_path: Path) -> None:
+    proc = harness("train", f"model={tmp_path}", "sampler=hf:/x")
+    assert proc.returncode == 2 and "token server" in proc.stderr

@@ -1,0 +1,56 @@
+"""The training demo, shortened (tests/conftest.py `demo_run`, on each of DEMO_SEEDS): GRPO must raise the
+reward and the pass rate.
+
+The warm-start-only evaluation is the baseline: the rise has to come from the GRPO steps, not from the
+warm start. Summaries must occur during training and their tokens must be trained on (shown on the
+scripted run, whose content is the same on every machine).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.rollouts.store import RunStore
+from harness.training.train_demo import DemoResult
+
+FIRST_LAST = 2
+"""Steps averaged at each end of the run."""
+
+
+def mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_grpo_raises_the_reward_above_the_first_steps_and_the_warm_start(
+    demo_run: tuple[Path, DemoResult],
+) -> None:
+    _, result = demo_run
+    first, last = mean(result.rewards[:FIRST_LAST]), mean(result.rewards[-FIRST_LAST:])
+    seen = (
+        f"GRPO step rewards {[round(r, 3) for r in result.rewards]}; warm start: pass rate "
+        f"{result.baseline_pass_rate:.3f}, reward {result.baseline_reward:.3f} ({result.warm_start_epochs} "
+        f"epochs); after GRPO: pass rate {result.final_pass_rate:.3f}, reward {result.final_reward:.3f}"
+    )
+    assert last > first, seen
+    assert last > result.baseline_reward, seen
+    assert result.final_reward > result.baseline_reward, seen
+    assert result.final_pass_rate > result.baseline_pass_rate, seen
+
+
+def test_summaries_happen_in_training_and_are_trained_on(scripted_training_run: Path) -> None:
+    run = scripted_training_run
+    trajectories = {t.id: t for t in RunStore(run).trajectories()}
+    assert min(t.metrics.summaries for t in trajectories.values()) >= 1
+    trained_summary_tokens = 0
+    later_segments = 0
+    for line in map(json.loads, (run / "learner.jsonl").read_text().splitlines()):
+        trajectory = trajectories[line["trajectory_id"]]
+        segment = trajectory.segments[line["segment"]]
+        later_segments += line["segment"] > 0
+        summary_turns = [turn for turn in segment.turns if turn.kind == "summary"]
+        generated = sum(len(turn.generated_ids) for turn in segment.turns)
+        assert len(line["learner_logprobs"]) == generated  # every model token, summary tokens included
+        if summary_turns and line["advantage"] != 0:
+            trained_summary_tokens += sum(len(turn.generated_ids) for turn in summary_turns)
+    assert trained_summary_tokens > 0 and later_segments > 0
