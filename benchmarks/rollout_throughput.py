@@ -5,7 +5,7 @@
 Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ray cluster of 2 CPUs.
 
 - Rollouts: episodes per minute of `scripted:gold` (the gold patch in a few tool calls) and of a tiny
-  random `hf` model (`policies/tiny.py`; 4 turns of at most 32 tokens, so it never solves anything), in one process (`run_batch`, 2 at a time)
+  random `hf` model (`policies/tiny.py`; 4 turns of at most 32 tokens, so it never solves anything), in one process (`LocalRollouts`, 2 at a time)
   and on 2 Ray rollout workers (`harness/rollouts/cluster.py`, 1 episode at a time each). The same N episodes in
   each, the four runs interleaved and repeated (`--repeats`); the start-up (Ray actors, model load, first
   sandboxes, timed on 2 warm-up episodes) is reported apart from the steady rate.
@@ -37,7 +37,8 @@ from rich.table import Table
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.rollouts.cluster import ClusterRollouts, start_local_ray
-from harness.rollouts.local import RolloutConfig, SandboxPool, run_batch
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import LocalRollouts
 from harness.training.train import TrainConfig, train
 from policies.base import SamplingParams
 from policies.spec import make_policy
@@ -73,16 +74,15 @@ def timed_rollouts(policy: str, out: Path, episodes: int, with_ray: bool) -> dic
             done = cluster.run_batch(jobs, lambda _: None)
             elapsed = time.monotonic() - begun
     else:
-        pool = SandboxPool(config.sandbox)
-        sampler = make_policy(policy)
+        local = LocalRollouts(make_policy(policy), config)
         try:
-            run_batch(jobs[:2], sampler, config, pool, lambda _: None)
+            local.run_batch(jobs[:2], lambda _: None)
             ready = time.monotonic() - started
             begun = time.monotonic()
-            done = run_batch(jobs, sampler, config, pool, lambda _: None)
+            done = local.run_batch(jobs, lambda _: None)
             elapsed = time.monotonic() - begun
         finally:
-            pool.close_all()
+            local.close()
     solved = sum(1 for t in done if t.grade and t.grade.correct == 1.0)
     return {"elapsed_s": elapsed, "ready_s": ready, "solved": solved, "n": len(done)}
 

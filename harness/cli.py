@@ -29,7 +29,8 @@ from harness.agent.trajectory import Trajectory
 from harness.config import ConfigError, load_config
 from harness.inspection.replay import SORT_KEYS
 from harness.inspection.runs import RunError, RunRead, Selection
-from harness.rollouts.local import RolloutConfig, RolloutSummary, rollout
+from harness.rollouts.config import RolloutConfig, RolloutSummary
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunFileError, RunStore
 from policies.spec import PolicySpecError
 from tasks.importing import ImportReport

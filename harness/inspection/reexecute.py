@@ -29,7 +29,7 @@ from harness.agent.loop import LoopConfig
 from harness.agent.parsing import parse_tool_call
 from harness.agent.trajectory import Trajectory, Turn
 from harness.inspection.runs import RunSetup
-from harness.rollouts.local import SandboxPool
+from harness.rollouts.episode import SandboxPool
 from tasks.model import Task
 from tools import Toolbox, ToolsConfig
 

@@ -27,7 +27,8 @@ from typing import Any
 import torch
 
 from harness.agent.trajectory import Timings, Trajectory
-from harness.rollouts.local import RolloutConfig, SandboxPool, episode_seed, run_one
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.episode import SandboxPool, episode_seed, run_one
 from policies.base import Policy
 from policies.spec import make_policy, parse_spec
 from tasks.model import Task

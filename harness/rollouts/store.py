@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import yaml
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError
@@ -97,6 +98,7 @@ class RunStore:
                 "(`harness runs` still shows the others), then run again"
             ) from e
         self.root.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(self.root)
         data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config
         write_atomic(self.root / "config.yaml", yaml.safe_dump(data, sort_keys=False).encode())
         for path in (self.trajectories_path, self.metrics_path):
@@ -187,6 +189,18 @@ def cut_torn_tail(path: Path) -> None:
             f.truncate(end)
             f.flush()
             os.fsync(f.fileno())
+
+
+def remove_stale_temporaries(folder: Path) -> list[Path]:
+    """Removes the temporary files `write_atomic` left in `folder` when its process was killed mid-write
+    (the file it was replacing is whole: old or new); those of a live process are its writes in flight."""
+    removed = []
+    for path in folder.glob(".*.tmp-*"):
+        pid = path.name.rpartition(".tmp-")[2]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
 
 
 def write_atomic(path: Path, data: bytes) -> None:

@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from harness.training.learner import Learner, LearnerConfig, Row
 from policies.chat_format import ChatFormat, assistant_text

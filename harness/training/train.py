@@ -32,7 +32,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import torch
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envs.reward import RewardConfig
@@ -40,7 +39,9 @@ from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.local import ClusterConfig, RolloutConfig, SandboxPool, run_batch, select
+from harness.rollouts.config import ClusterConfig, RolloutConfig
+from harness.rollouts.episode import Rollouts, SandboxPool
+from harness.rollouts.local import LocalRollouts, select
 from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
 from harness.training import distributed
 from harness.training.async_rollouts import AsyncRollouts, Handoff, fresh_groups
@@ -50,10 +51,10 @@ from harness.training.checkpoint import (
     load_checkpoint,
     optimizer_state,
     save_checkpoint,
-    save_weights,
 )
 from harness.training.distributed import Processes
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
+from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
 from policies.base import SamplingParams, TokenPolicy
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
@@ -192,15 +193,134 @@ def _lead(
     on_step: Callable[[int, dict[str, float]], None] | None,
 ) -> list[dict[str, float]]:
     """The whole run on one process, or rank 0's part of it: everything but the learner's other shares."""
+    run = _open_run(config, processes, found, resume)
+    history: list[dict[str, float]] = []
+    try:
+        for step in run.steps:
+            history.append(_step(run, step))
+            if on_step is not None:
+                on_step(step, history[-1])
+    finally:
+        run.close()
+    return history
+
+
+def _step(run: TrainingRun, step: int) -> dict[str, float]:
+    """One step: roll out, rows, learn, publish the weights, log, checkpoint."""
+    config = run.config
+    batch = run.batches.next(step)
+    rolled = time.monotonic()
+    rows, advantage_stats = (
+        rows_from_trajectories(batch.trained, config.learner) if batch.trained else ([], {})
+    )
+    learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
+    _record_token_stats(run.store, step, rows, learned.logprobs)
+    run.policy.set_version(step + 1)
+    run.batches.learned(step + 1)
+    metrics = {
+        **step_metrics(batch.rolled),
+        **advantage_stats,
+        **learned.metrics,
+        **batch.staleness,
+        "policy_version": float(step + 1),
+        **batch.timings,
+        "time_learn_s": time.monotonic() - rolled,
+    }
+    # The step's metrics before its checkpoint: a crash between the two redoes the step, whose lines a
+    # resume drops; the other way round, it would lose them.
+    run.writer.write(step, metrics)
+    if learned.optimizer is not None:
+        state = {"order": run.plan[step - run.steps.start][1]}
+        save_checkpoint(
+            config.out / "checkpoints",
+            step + 1,
+            run.policy.model,
+            run.policy.tokenizer,
+            learned.optimizer,
+            state,
+        )
+    return metrics
+
+
+@dataclass
+class Batch:
+    """A step's rollouts: all of them (for the step's metrics) and those trained on."""
+
+    rolled: list[Trajectory]
+    trained: list[Trajectory]
+    timings: dict[str, float]
+    staleness: dict[str, float]
+
+
+class SyncBatches:
+    """`mode: sync`: a step's batch is rolled out when the learner asks for it, and the new weights reach
+    the sampler before the next one."""
+
+    def __init__(self, roll: Callable[[int], list[Trajectory]], sync: WeightSync[Any]) -> None:
+        self.roll, self.sync = roll, sync
+
+    def next(self, step: int) -> Batch:
+        started = time.monotonic()
+        rolled = self.roll(step)
+        return Batch(rolled, rolled, {"time_rollout_s": time.monotonic() - started}, {})
+
+    def learned(self, version: int) -> None:
+        self.sync.publish(version)
+
+    def close(self) -> None:
+        pass
+
+
+class AsyncBatches:
+    """`mode: async`: batches rolled out one step ahead (`AsyncRollouts`); groups too stale are dropped."""
+
+    def __init__(self, rollouts: AsyncRollouts, max_staleness: int) -> None:
+        self.rollouts, self.max_staleness = rollouts, max_staleness
+
+    def next(self, step: int) -> Batch:
+        started = time.monotonic()
+        rolled, rollout_s = self.rollouts.next_batch()
+        waited = time.monotonic() - started
+        trained, staleness = fresh_groups(rolled, step, self.max_staleness)
+        return Batch(rolled, trained, {"time_rollout_s": rollout_s, "time_wait_s": waited}, staleness)
+
+    def learned(self, version: int) -> None:
+        self.rollouts.learned(version)
+
+    def close(self) -> None:
+        self.rollouts.close()
+
+
+@dataclass
+class TrainingRun:
+    """What rank 0 holds from a run's start to its end."""
+
+    config: TrainConfig
+    processes: Processes
+    steps: range
+    store: RunStore
+    policy: HFPolicy
+    learner: Learner
+    plan: list[tuple[list[Task], object]]
+    batches: SyncBatches | AsyncBatches
+    writer: MetricsWriter
+    closers: list[Callable[[], None]]
+    """Called in order at the end: the batches, the rollouts, the writer, the servers."""
+
+    def close(self) -> None:
+        for close in self.closers:
+            close()
+
+
+def _open_run(config: TrainConfig, processes: Processes, found: Path | None, resume: bool) -> TrainingRun:
+    """The run's store, learner, sampler, rollouts and weight hand-over, at the step it resumes from."""
     tasks = select(load_suite(config.suite), config.tasks)
     store = RunStore(config.out)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.create(config)}
-    checkpoints = config.out / "checkpoints"
     weights_at = found / "model" if found else config.model
     policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
     server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
-    sampler: TokenPolicy = server or (ScriptedTokens(policy, tasks) if config.script else policy)
     order = random.Random(config.seed)
     start = 0
     if saved_state is not None:
@@ -212,12 +332,9 @@ def _lead(
         _drop_metrics_from(store, 0)
     if server is not None:  # the server samples with the weights the learner starts from
         server.load_weights(weights_at.resolve(), start)
-    writer = MetricsWriter(config.out)
-    pool = SandboxPool(config.sandbox)
-    rollout_config = config.rollout_config()
-    cluster = _cluster(rollout_config, policy, start, server, config)
     steps = range(start, config.steps)
     plan = _plan(order, tasks, config.tasks_per_step, steps)
+    rollouts, sync = _rollouts(config, processes, policy, tasks, server, weights_at, start)
     stop = threading.Event()
 
     def roll(step: int) -> list[Trajectory]:
@@ -225,80 +342,47 @@ def _lead(
         jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
         done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
         todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-        if cluster is not None:
-            new = cluster.run_batch(todo, store.append_trajectory, stop)
-        else:
-            new = run_batch(todo, sampler, rollout_config, pool, store.append_trajectory, stop)
+        new = rollouts.run_batch(todo, store.append_trajectory, stop)
         return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
 
-    rollouts = None
+    batches: SyncBatches | AsyncBatches = SyncBatches(roll, sync)
     if config.mode == "async":
-        handoff: Handoff[Any]
-        if server is not None:
-            handoff = _server_handoff(policy, server, config.out / "weights", cluster)
-        elif cluster is not None:
-            handoff = Handoff(lambda _: _cpu_weights(policy), cluster.load_state_dict)
-        else:  # the in-process sampler is a copy: the learner's weights change under it
-            own = HFPolicy(weights_at, device=str(processes.device), seed=config.seed)
-            own.set_version(start)
-            sampler = own
-            handoff = _copy_handoff(policy, own)
-        rollouts = AsyncRollouts(steps, roll, handoff, stop)
-    history: list[dict[str, float]] = []
-    try:
-        for step in steps:
-            started = time.monotonic()
-            staleness: dict[str, float] = {}
-            if rollouts is None:
-                rolled_batch = batch = roll(step)
-                rolled = time.monotonic()
-                timings = {"time_rollout_s": rolled - started}
-            else:
-                rolled_batch, rollout_s = rollouts.next_batch()
-                rolled = time.monotonic()
-                batch, staleness = fresh_groups(rolled_batch, step, config.max_staleness)
-                timings = {"time_rollout_s": rollout_s, "time_wait_s": rolled - started}
-            rows, advantage_stats = rows_from_trajectories(batch, config.learner) if batch else ([], {})
-            learned = learn(processes, learner, policy, rows, step + 1, _checkpoint_due(config, step))
-            _record_token_stats(store, step, rows, learned.logprobs)
-            policy.set_version(step + 1)
-            if rollouts is not None:
-                rollouts.learned(step + 1)
-            elif server is not None:
-                weights = save_weights(config.out / "weights", step + 1, policy.model, policy.tokenizer)
-                _load_on_servers(server, cluster, weights.resolve(), step + 1)
-            elif cluster is not None:
-                cluster.load_state_dict(_cpu_weights(policy), step + 1)
-            metrics = {
-                **step_metrics(rolled_batch),
-                **advantage_stats,
-                **learned.metrics,
-                **staleness,
-                "policy_version": float(step + 1),
-                **timings,
-                "time_learn_s": time.monotonic() - rolled,
-            }
-            # The step's metrics before its checkpoint: a crash between the two redoes the step, whose
-            # lines a resume drops; the other way round, it would lose them.
-            writer.write(step, metrics)
-            if learned.optimizer is not None:
-                state = {"order": plan[step - start][1]}
-                save_checkpoint(
-                    checkpoints, step + 1, policy.model, policy.tokenizer, learned.optimizer, state
-                )
-            history.append(metrics)
-            if on_step is not None:
-                on_step(step, metrics)
-    finally:
-        if rollouts is not None:
-            rollouts.close()
+        batches = AsyncBatches(
+            AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
+        )
+    writer = MetricsWriter(config.out)
+    closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
+    return TrainingRun(config, processes, steps, store, policy, learner, plan, batches, writer, closers)
+
+
+def _rollouts(
+    config: TrainConfig,
+    processes: Processes,
+    policy: HFPolicy,
+    tasks: list[Task],
+    server: TitoPolicy | None,
+    weights_at: Path,
+    version: int,
+) -> tuple[Rollouts, WeightSync[Any]]:
+    """What rolls out each step's batch, and how the learner's weights reach what samples it."""
+    rollout_config = config.rollout_config()
+    pool = SandboxPool(config.sandbox)  # made even when unused: it reaps what dead runs left
+    if config.cluster.address is not None:
         pool.close_all()
-        writer.close()
+        cluster = _cluster(rollout_config, policy, version, server, config)
         if server is not None:
-            server.close()
-        if cluster is not None:
-            cluster.close()
-    return history
+            return cluster, to_servers(policy, server, config.out / "weights", cluster)
+        return cluster, to_cluster(policy, cluster)
+    if server is not None:
+        return LocalRollouts(server, rollout_config, pool), to_servers(
+            policy, server, config.out / "weights", None
+        )
+    if config.mode == "async":  # the in-process sampler is a copy: the learner's weights change under it
+        own = HFPolicy(weights_at, device=str(processes.device), seed=config.seed)
+        own.set_version(version)
+        return LocalRollouts(own, rollout_config, pool), to_copy(policy, own)
+    sampler: TokenPolicy = ScriptedTokens(policy, tasks) if config.script else policy
+    return LocalRollouts(sampler, rollout_config, pool), in_place()
 
 
 def _follow(config: TrainConfig, processes: Processes, found: Path | None) -> None:
@@ -386,50 +470,18 @@ def _plan(
 
 def _cluster(
     config: RolloutConfig, policy: HFPolicy, version: int, server: TitoPolicy | None, train: TrainConfig
-) -> ClusterRollouts | None:
-    """With `cluster.address`: the rollout workers, sampling with the learner's weights of `version`; with
-    `server`, on its servers that hold them, each worker through a client of its own."""
-    if config.cluster.address is None:
-        return None
+) -> ClusterRollouts:
+    """The rollout workers, sampling with the learner's weights of `version`; with `server`, on its servers
+    that hold them, each worker through a client of its own."""
     from harness.rollouts.cluster import ClusterRollouts
 
     if server is None or train.sampler is None:
         cluster = ClusterRollouts(config)
-        cluster.load_state_dict(_cpu_weights(policy), version)
+        cluster.load_state_dict(cpu_weights(policy), version)
     else:
         cluster = ClusterRollouts(config, partial(_server, train.sampler, train.model, train.sampler_reload))
         cluster.use_servers(version, server.holding(version))
     return cluster
-
-
-def _load_on_servers(
-    server: TitoPolicy, cluster: ClusterRollouts | None, weights: Path, version: int
-) -> None:
-    """Every live server loads the folder `weights` as `version`; the cluster's workers then sample on the
-    servers that did."""
-    server.load_weights(weights, version)
-    if cluster is not None:
-        cluster.use_servers(version, server.holding(version))
-
-
-def _cpu_weights(policy: HFPolicy) -> dict[str, torch.Tensor]:
-    return {name: t.detach().to("cpu", copy=True) for name, t in policy.model.state_dict().items()}
-
-
-def _copy_handoff(policy: HFPolicy, own: HFPolicy) -> Handoff[dict[str, torch.Tensor]]:
-    """Async, in-process: a CPU copy of the learner's weights, loaded into the sampler's own model."""
-    return Handoff(lambda _: _cpu_weights(policy), own.load_state_dict)
-
-
-def _server_handoff(
-    policy: HFPolicy, server: TitoPolicy, root: Path, cluster: ClusterRollouts | None
-) -> Handoff[Path]:
-    """Async, on servers: the learner's weights saved to ROOT/step-N, which every server then loads."""
-
-    def save(version: int) -> Path:
-        return save_weights(root, version, policy.model, policy.tokenizer).resolve()
-
-    return Handoff(save, lambda weights, version: _load_on_servers(server, cluster, weights, version))
 
 
 def _record_token_stats(

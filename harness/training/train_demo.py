@@ -19,7 +19,8 @@ from rich.table import Table
 from envs.factory import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
-from harness.rollouts.local import RolloutConfig, RolloutSummary, rollout
+from harness.rollouts.config import RolloutConfig, RolloutSummary
+from harness.rollouts.local import rollout
 from harness.training.learner import LearnerConfig
 from harness.training.sft import SFTConfig, run_sft
 from harness.training.train import TrainConfig, train

@@ -23,7 +23,8 @@ import pytest
 
 from harness.agent.parsing import parse_tool_call
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore, SegmentAdvantage, torn_tail
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.model import Task

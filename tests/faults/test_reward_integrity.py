@@ -18,7 +18,9 @@ import pytest
 import torch
 
 from harness.agent.trajectory import Segment, Trajectory, Turn
-from harness.rollouts.local import RolloutConfig, episode_seed, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.episode import episode_seed
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from harness.training.grpo import group_advantages
 from harness.training.learner import LearnerConfig, rows_from_trajectories

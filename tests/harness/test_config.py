@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from harness.config import ConfigError, load_config
-from harness.rollouts.local import RolloutConfig
+from harness.rollouts.config import RolloutConfig
 
 
 def test_config_overrides_and_errors_name_the_field(tmp_path: object) -> None:

@@ -67,7 +67,8 @@ def test_litellm_policy_speaks_to_the_same_server(url: str, monkeypatch: pytest.
 
 
 def test_chat_episodes_record_messages_and_usage_and_are_not_trainable(url: str, tmp_path: Path) -> None:
-    from harness.rollouts.local import RolloutConfig, rollout
+    from harness.rollouts.config import RolloutConfig
+    from harness.rollouts.local import rollout
     from harness.rollouts.store import RunStore
 
     suite = Path(__file__).parents[1] / "data" / "suites" / "mini"

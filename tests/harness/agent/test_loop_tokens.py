@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from harness.agent.trajectory import Segment, Trajectory
-from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from policies.base import Generation, SamplingParams
 from policies.chat_format import ChatFormat

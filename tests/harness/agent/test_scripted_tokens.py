@@ -11,7 +11,8 @@ import pytest
 
 from harness.agent.scripted_tokens import STUMBLE, ScriptedTokens, plan_of
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from policies.hf import HFPolicy, sequence_logprobs
 from policies.tiny import build_tiny_model

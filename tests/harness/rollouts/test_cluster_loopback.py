@@ -11,7 +11,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.rollouts.local import RolloutConfig, rollout
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from tests.conftest import require_backend
 
 

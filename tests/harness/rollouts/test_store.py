@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -58,3 +61,19 @@ def test_atomic_write_leaves_no_temporary_file(tmp_path: Path) -> None:
     write_atomic(target, b"a: 2\n")
     assert target.read_text() == "a: 2\n"
     assert [p.name for p in tmp_path.iterdir()] == ["x.yaml"]
+
+
+def test_a_new_start_removes_what_a_killed_write_left_but_not_a_live_one(tmp_path: Path) -> None:
+    """A run killed inside `write_atomic` leaves `.config.yaml.tmp-PID`; the next start removes it, while
+    a temporary file of a live process (a write in flight) stays."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    left = tmp_path / f".config.yaml.tmp-{int(dead.stdout)}"
+    in_flight = tmp_path / f".metrics.jsonl.tmp-{os.getpid()}"
+    for path in (left, in_flight):
+        path.write_text("half")
+    RunStore(tmp_path).create({"policy": "scripted:gold"})
+    assert not left.exists()
+    assert in_flight.exists()
+    assert (tmp_path / "config.yaml").read_text() == "policy: scripted:gold\n"

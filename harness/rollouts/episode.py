@@ -1,0 +1,175 @@
+"""One rollout of one task, the unit every way of rolling out runs: the task's sandbox from a pool, its
+toolbox, the episode (`harness/agent/loop.py`), the patch, and its grade in a fresh sandbox. Also the
+`Rollouts` seam that the in-process and the Ray rollouts implement, chosen by their caller."""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Callable
+from typing import Protocol
+
+from envs.factory import resolve_backend, start_task_sandbox
+from envs.grading import collect_patch, grade_patch
+from envs.lifecycle import current_owner
+from envs.replacing import ReplacingSandbox
+from envs.sandbox import SandboxConfig, SandboxError
+from envs.start_tree import run_setup
+from harness.agent.loop import Stopped, run_episode
+from harness.agent.trajectory import Timings, Trajectory
+from harness.rollouts.config import RolloutConfig
+from policies.base import Policy
+from tasks.model import Task
+from tools import Toolbox, ToolsConfig
+
+Job = tuple[Task, int]
+"""A task and the index of one of its samples."""
+
+
+class Rollouts(Protocol):
+    """What runs episodes for a caller: in this process (`harness/rollouts/local.py`) or on Ray workers
+    (`harness/rollouts/cluster.py`)."""
+
+    def run_batch(
+        self, jobs: list[Job], save: Callable[[Trajectory], object], stop: threading.Event | None = None
+    ) -> list[Trajectory]:
+        """Runs the jobs; `save` gets each trajectory as it finishes; returns those it saved."""
+        ...
+
+    def close(self) -> None:
+        """Lets go of every sandbox and worker."""
+        ...
+
+
+class SandboxPool:
+    """Idle sandboxes per task, reset before reuse; a sandbox that fails to reset is replaced.
+
+    `auto` is resolved once, so a run never switches backends: a Docker daemon that stops answering
+    mid-run gives infra errors, not rollouts run and graded on the host's system instead. Making a pool
+    reaps what dead runs left, even when this run needs no sandbox (a resumed run with only learning left).
+    """
+
+    def __init__(self, config: SandboxConfig) -> None:
+        current_owner(config.state_dir, config.expiry_s)
+        try:
+            config = config.model_copy(update={"backend": resolve_backend(config.backend)})
+        except SandboxError:
+            pass  # no backend at all: every start fails, as an infra error
+        self.config = config
+        self.idle: dict[str, list[ReplacingSandbox]] = {}
+        self.busy: set[ReplacingSandbox] = set()
+        self.lock = threading.Lock()
+
+    def acquire(self, task: Task) -> ReplacingSandbox:
+        with self.lock:
+            sandbox = self.idle.get(task.id, []).pop() if self.idle.get(task.id) else None
+        if sandbox is not None:
+            try:
+                sandbox.reset()
+            except SandboxError:
+                sandbox.close()
+                sandbox = None
+        if sandbox is None:
+            sandbox = ReplacingSandbox(lambda: start_task_sandbox(task, self.config))
+        with self.lock:
+            self.busy.add(sandbox)
+        run_setup(sandbox, task)
+        return sandbox
+
+    def release(self, task: Task, sandbox: ReplacingSandbox) -> None:
+        with self.lock:
+            self.busy.discard(sandbox)
+            self.idle.setdefault(task.id, []).append(sandbox)
+
+    def close_all(self) -> None:
+        with self.lock:
+            everything = [*self.busy, *(s for group in self.idle.values() for s in group)]
+            self.busy.clear()
+            self.idle.clear()
+        for sandbox in everything:
+            sandbox.close()
+
+
+def episode_seed(seed: int, task_id: str, sample: int) -> int:
+    return zlib.crc32(f"{seed}/{task_id}/{sample}".encode())
+
+
+def run_one(
+    task: Task,
+    sample: int,
+    policy: Policy,
+    config: RolloutConfig,
+    pool: SandboxPool,
+    stop: threading.Event,
+    run_name: str,
+) -> Trajectory:
+    """One rollout of one task: an episode, then its grade in a fresh sandbox."""
+    seed = episode_seed(config.seed, task.id, sample)
+    version = policy.version if policy.kind == "token" else 0
+    trajectory = Trajectory(
+        id=f"{task.id}/{sample}",
+        run=run_name,
+        task_id=task.id,
+        group_id=f"{task.id}@v{version}",
+        sample_index=sample,
+        policy=policy.spec,
+        policy_version=version,
+        seed=seed,
+        trainable=policy.kind == "token",
+        timings=Timings(started_at=time.time()),
+    )
+    started = time.monotonic()
+    toolbox = Toolbox(
+        ToolsConfig(test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled)
+    )
+    try:
+        sandbox = pool.acquire(task)
+    except SandboxError as e:
+        return _infra(trajectory, f"sandbox start: {e}", started)
+    try:
+        episode = run_episode(
+            task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
+        )
+        patch = collect_patch(sandbox, task, pool.config)
+    except Stopped:
+        raise
+    except SandboxError as e:
+        if stop.is_set():
+            raise Stopped from e
+        return _infra(trajectory, f"sandbox: {e}", started)
+    except Exception as e:  # the sampler or its server failed: the harness's fault, not the model's
+        if stop.is_set():
+            raise Stopped from e
+        return _infra(trajectory, f"{type(e).__name__}: {e}", started)
+    else:
+        if sandbox.lost is not None:  # the agent's work died with a sandbox killed from outside
+            return _infra(trajectory, f"sandbox lost with the repository: {sandbox.lost}", started)
+    finally:
+        pool.release(task, sandbox)
+    graded_at = time.monotonic()
+    grade = grade_patch(task, patch, pool.config, config.reward)
+    trajectory = trajectory.model_copy(
+        update={
+            "segments": episode.segments,
+            "summaries": episode.summaries,
+            "final_diff": patch,
+            "grade": grade,
+            "reward": grade.reward,
+            "status": "infra_error" if grade.infra_error else episode.status,
+            "status_reason": f"grading: {grade.infra_error}" if grade.infra_error else episode.status_reason,
+            "metrics": episode.metrics,
+            "ids_verified": episode.ids_verified,
+        }
+    )
+    trajectory.timings.generate_s = episode.generate_s
+    trajectory.timings.tools_s = episode.tools_s
+    trajectory.timings.grade_s = time.monotonic() - graded_at
+    trajectory.timings.duration_s = time.monotonic() - started
+    return trajectory
+
+
+def _infra(trajectory: Trajectory, reason: str, started: float) -> Trajectory:
+    trajectory.status, trajectory.status_reason = "infra_error", reason
+    trajectory.timings.duration_s = time.monotonic() - started
+    return trajectory
