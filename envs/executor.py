@@ -167,6 +167,100 @@ def child_setup() -> None:  # runs in the forked child before exec
         signal.signal(signum, signal.SIG_DFL)  # ignored signals would stay ignored across exec
 
 
+def spawn(argv: list, cwd: str, env: dict, stdin_data: str | None) -> tuple[int, int] | dict:
+    """Forks and execs the command (`child_setup` first) with stdin from `stdin_data` and stdout and
+    stderr into one pipe; returns its pid and the pipe's read end, or the error reply when it cannot
+    fork."""
+    read_fd, write_fd = os.pipe()
+    in_read, in_write = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        for fd in (read_fd, write_fd, in_read, in_write):
+            os.close(fd)
+        return {"ok": False, "error": f"cannot fork: {e}", "cannot_fork": True}
+    if pid == 0:  # child
+        try:
+            child_setup()
+            os.dup2(in_read, 0)
+            os.dup2(write_fd, 1)
+            os.dup2(write_fd, 2)
+            os.chdir(cwd)
+            os.execvpe(argv[0], argv, env)
+        except BaseException as e:  # report exec failures through the pipe
+            try:
+                os.write(2, f"exec failed: {e}\n".encode())
+            finally:
+                os._exit(127)
+    os.close(write_fd)
+    os.close(in_read)
+    if stdin_data:
+        try:
+            os.write(in_write, stdin_data.encode()[:CHUNK])
+        except OSError:
+            pass
+    os.close(in_write)
+    return pid, read_fd
+
+
+def watch(pid: int, read_fd: int, deadline: float, cap: OutputCap) -> tuple[int | None, bool, int]:
+    """Reads the command's output into `cap` until it ends or `deadline` passes: its wait status (None if
+    not seen), whether it timed out, and the most processes seen beside the executor."""
+    status: int | None = None
+    peak_procs = 1
+    last_poll = 0.0
+    pipe_open = True
+    while True:
+        now = time.monotonic()
+        if now >= deadline:
+            return status, True, peak_procs
+        watched = [read_fd, CHILD_WAKEUP[0]] if pipe_open else [CHILD_WAKEUP[0]]
+        ready, _, _ = select.select(watched, [], [], min(0.05, deadline - now))
+        if CHILD_WAKEUP[0] in ready:
+            drain_wakeups()
+        if read_fd in ready:
+            data = os.read(read_fd, CHUNK)
+            if data:
+                cap.feed(data)
+            else:
+                pipe_open = False
+        statuses = reap()
+        if pid in statuses:
+            status = statuses[pid]
+        if now - last_poll > PROC_POLL_S:
+            last_poll = now
+            peak_procs = max(peak_procs, len(other_pids()))
+        if status is not None:
+            if pipe_open:
+                drain_written(read_fd, cap)
+            return status, False, peak_procs
+
+
+def drain_written(read_fd: int, cap: OutputCap) -> None:
+    """What the ended command already wrote, for at most 50 ms: never waits on a detached child that
+    keeps the pipe open."""
+    drain_until = time.monotonic() + 0.05
+    while time.monotonic() < drain_until:
+        ready, _, _ = select.select([read_fd], [], [], 0.01)
+        if not ready:
+            return
+        data = os.read(read_fd, CHUNK)
+        if not data:
+            return
+        cap.feed(data)
+
+
+def exit_of(status: int | None) -> tuple[int | None, int | None]:
+    """The exit code (128 + N when killed by signal N) and the signal, of a wait status."""
+    if status is None:
+        return None, None
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status), os.WTERMSIG(status)
+    return None, None
+
+
 class Executor:
     def __init__(self, workdir: str, pristine: str | None, shell: str, env: dict[str, str]) -> None:
         self.workdir = workdir
@@ -182,84 +276,16 @@ class Executor:
         timeout = float(req.get("timeout", 60.0))
         grace = float(req.get("grace", 2.0))
         cap = OutputCap(int(req.get("max_output", 10_000)))
-        cwd = req.get("cwd") or self.workdir
         env = dict(self.env)
         env.update(req.get("env") or {})
-        stdin_data = req.get("stdin")
         argv = cmd if isinstance(cmd, list) else [self.shell, "-c", cmd]
 
         start = time.monotonic()
-        read_fd, write_fd = os.pipe()
-        in_read, in_write = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError as e:
-            for fd in (read_fd, write_fd, in_read, in_write):
-                os.close(fd)
-            return {"ok": False, "error": f"cannot fork: {e}", "cannot_fork": True}
-        if pid == 0:  # child
-            try:
-                child_setup()
-                os.dup2(in_read, 0)
-                os.dup2(write_fd, 1)
-                os.dup2(write_fd, 2)
-                os.chdir(cwd)
-                os.execvpe(argv[0], argv, env)
-            except BaseException as e:  # report exec failures through the pipe
-                try:
-                    os.write(2, f"exec failed: {e}\n".encode())
-                finally:
-                    os._exit(127)
-        os.close(write_fd)
-        os.close(in_read)
-        if stdin_data:
-            try:
-                os.write(in_write, stdin_data.encode()[:CHUNK])
-            except OSError:
-                pass
-        os.close(in_write)
-
-        status: int | None = None
-        timed_out = False
-        peak_procs = 1
-        last_poll = 0.0
-        pipe_open = True
-        deadline = start + timeout
-        while True:
-            now = time.monotonic()
-            if now >= deadline:
-                timed_out = True
-                break
-            watched = [read_fd, CHILD_WAKEUP[0]] if pipe_open else [CHILD_WAKEUP[0]]
-            ready, _, _ = select.select(watched, [], [], min(0.05, deadline - now))
-            if CHILD_WAKEUP[0] in ready:
-                drain_wakeups()
-            if read_fd in ready:
-                data = os.read(read_fd, CHUNK)
-                if data:
-                    cap.feed(data)
-                else:
-                    pipe_open = False
-            statuses = reap()
-            if pid in statuses:
-                status = statuses[pid]
-            if now - last_poll > PROC_POLL_S:
-                last_poll = now
-                peak_procs = max(peak_procs, len(other_pids()))
-            if status is not None:
-                # The command is done; drain what is already written, but never wait on a detached
-                # child that keeps the pipe open.
-                drain_until = time.monotonic() + 0.05
-                while pipe_open and time.monotonic() < drain_until:
-                    ready, _, _ = select.select([read_fd], [], [], 0.01)
-                    if not ready:
-                        break
-                    data = os.read(read_fd, CHUNK)
-                    if not data:
-                        pipe_open = False
-                    else:
-                        cap.feed(data)
-                break
+        spawned = spawn(argv, req.get("cwd") or self.workdir, env, req.get("stdin"))
+        if isinstance(spawned, dict):
+            return spawned
+        pid, read_fd = spawned
+        status, timed_out, peak_procs = watch(pid, read_fd, start + timeout, cap)
 
         leftovers = bool(other_pids())
         clean = kill_all(grace if timed_out else 0.2) if (timed_out or leftovers) else True
@@ -267,14 +293,7 @@ class Executor:
         if status is None and pid in statuses and not timed_out:
             status = statuses[pid]
         os.close(read_fd)
-        exit_code: int | None = None
-        signal_num: int | None = None
-        if status is not None and not timed_out:
-            if os.WIFEXITED(status):
-                exit_code = os.WEXITSTATUS(status)
-            elif os.WIFSIGNALED(status):
-                signal_num = os.WTERMSIG(status)
-                exit_code = 128 + signal_num
+        exit_code, signal_num = exit_of(status) if not timed_out else (None, None)
         return {
             "ok": True,
             "exit_code": exit_code,

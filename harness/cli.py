@@ -171,10 +171,26 @@ def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
     return 0
 
 
+BACKENDS = ["auto", "docker", "bwrap"]
+"""The sandbox backends a `--backend` flag takes (`auto`: Docker when its daemon answers, else bubblewrap)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="RL harness for coding agents.")
     sub = parser.add_subparsers(dest="command", required=True)
+    add_sandbox_commands(sub)
+    add_env_parser(sub)
+    add_tasks_commands(sub)
+    add_grade_command(sub)
+    add_rollout_command(sub)
+    add_serve_and_view_commands(sub)
+    add_training_commands(sub)
+    add_run_commands(sub)
+    add_demo_command(sub)
+    return parser
 
+
+def add_sandbox_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     sandbox = sub.add_parser("sandbox", help="run commands in a sandbox")
     sandbox_sub = sandbox.add_subparsers(dest="sandbox_command", required=True)
     for name, func, help_text in (
@@ -182,7 +198,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("shell", cmd_sandbox_shell, "an interactive shell in a fresh sandbox"),
     ):
         p = sandbox_sub.add_parser(name, help=help_text)
-        p.add_argument("--backend", default="auto", help="auto, docker or bwrap (default: auto)")
+        p.add_argument(
+            "--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)"
+        )
         p.add_argument("--dir", default=None, help="folder copied into the sandbox's /repo")
         p.add_argument("--timeout", type=float, default=None, help="hard timeout of a command, seconds")
         p.add_argument("--image", default=None, help="Docker image of the sandbox")
@@ -191,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
     p = sandbox_sub.add_parser("reap", help="remove sandboxes left behind by dead runs")
     p.set_defaults(func=cmd_sandbox_reap)
-    add_env_parser(sub)
 
+
+def add_tasks_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     tasks = sub.add_parser("tasks", help="list and validate task suites")
     tasks_sub = tasks.add_subparsers(dest="tasks_command", required=True)
     p = tasks_sub.add_parser("list", help="the tasks of a suite")
@@ -200,53 +219,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks_list)
     p = tasks_sub.add_parser("validate", help="grade each task's gold and empty patches, three times each")
-    p.add_argument("--suite", default="builtin")
-    p.add_argument("--backend", default="auto")
+    p.add_argument("--suite", default="builtin", help="a built-in suite's name or a suite folder")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
     p.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--concurrency", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3, help="gradings of each patch (default: 3)")
+    p.add_argument("--concurrency", type=int, default=2, help="tasks validated at once (default: 2)")
     p.add_argument(
         "--check", action="store_true", help="write no canaries: a task whose stored ones differ is invalid"
     )
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks_validate)
     add_import_commands(tasks_sub)
     add_synth_command(tasks_sub)
 
+
+def add_grade_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("grade", help="grade a patch file on a task")
-    p.add_argument("--suite", default="builtin")
-    p.add_argument("--task", required=True)
+    p.add_argument("--suite", default="builtin", help="a built-in suite's name or a suite folder")
+    p.add_argument("--task", required=True, help="the task's id")
     p.add_argument("--patch", required=True, help="a git-format patch file ('-' for stdin)")
-    p.add_argument("--backend", default="auto")
-    p.add_argument("--simplicity-lambda", type=float, default=None)
-    p.add_argument("--partial-credit", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument(
+        "--simplicity-lambda",
+        type=float,
+        default=None,
+        help="weight of the simplicity term (reward.simplicity_lambda)",
+    )
+    p.add_argument("--partial-credit", action="store_true", help="reward the fraction of hidden tests passed")
+    p.add_argument("--json", action="store_true", help="print the grade as JSON")
     p.set_defaults(func=cmd_grade)
 
+
+def add_rollout_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("rollout", help="run G rollouts of each task of a suite with a policy, graded")
     p.add_argument("--config", type=Path, default=None, help="a YAML rollout config")
-    p.add_argument("--suite", default=None)
+    p.add_argument("--suite", default=None, help="a built-in suite's name or a suite folder")
     p.add_argument(
         "--policy", default=None, help="hf:PATH, tito:MODEL@URL, openai:MODEL@URL, scripted:gold, ..."
     )
     p.add_argument("--tasks", default=None, help="comma-separated task ids")
-    p.add_argument("--group-size", type=int, default=None)
-    p.add_argument("--concurrency", type=int, default=None)
-    p.add_argument("--backend", default=None)
+    p.add_argument("--group-size", type=int, default=None, help="rollouts per task (G)")
+    p.add_argument("--concurrency", type=int, default=None, help="episodes at once (C)")
+    p.add_argument("--backend", default=None, choices=BACKENDS, help="the sandbox backend (default: auto)")
     p.add_argument("--out", default=None, help="the run directory (runs/NAME)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. summary.trigger_tokens=2048")
     add_print_config(p)
     p.set_defaults(func=cmd_rollout)
 
+
+def add_serve_and_view_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "serve", help="serve a Hugging Face model over an OpenAI-compatible API (token ids in and out)"
     )
     p.add_argument("--model", required=True, help="a Hugging Face model folder")
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback)")
+    p.add_argument("--port", type=int, default=8000, help="port to listen on (default: 8000)")
     p.set_defaults(func=cmd_serve)
-
     p = sub.add_parser(
         "view", help="a local web viewer of a run: trajectories, tokens, groups, training plots"
     )
@@ -256,6 +285,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=cmd_view)
 
+
+def add_training_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     for name, help_text in (
         ("train", "GRPO: roll out groups with the current policy, grade, update, repeat"),
         ("sft", "supervised warm start on gold trajectories of a suite"),
@@ -268,14 +299,18 @@ def build_parser() -> argparse.ArgumentParser:
         add_print_config(p)
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
-    add_run_commands(sub)
 
+def add_demo_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     demo = sub.add_parser(
         "demo",
         help="the main job on built-in defaults: build a tiny model, warm-start it, train it with GRPO",
     )
-    demo.add_argument("--backend", default="auto")
-    demo.add_argument("--out", type=Path, default=Path("runs/demo"))
+    demo.add_argument(
+        "--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)"
+    )
+    demo.add_argument(
+        "--out", type=Path, default=Path("runs/demo"), help="the run directory (default: runs/demo)"
+    )
     demo.add_argument(
         "--episode",
         action="store_true",
@@ -285,7 +320,6 @@ def build_parser() -> argparse.ArgumentParser:
         "overrides", nargs="*", help="key=value settings of the training demo (e.g. grpo_steps=6)"
     )
     demo.set_defaults(func=cmd_demo)
-    return parser
 
 
 def add_import_commands(tasks_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

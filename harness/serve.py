@@ -28,6 +28,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Protocol, TypeVar
 
@@ -318,6 +319,21 @@ RequestT = TypeVar("RequestT", bound=BaseModel)
 T = TypeVar("T")
 
 
+@dataclass
+class Served:
+    """The model a server answers with, under its name, one generation at a time (the model is not
+    batched, and weights must not change under a sampler)."""
+
+    policy: ServedPolicy
+    name: str
+    max_model_len: int | None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def run(self, fn: Callable[[], T]) -> T:
+        with self.lock:
+            return fn()
+
+
 def create_app(
     policy: ServedPolicy, model_name: str | None = None, max_model_len: int | None = None
 ) -> FastAPI:
@@ -325,9 +341,7 @@ def create_app(
 
     With `max_model_len`, a request whose prompt and completion could outgrow it gets a 400, as in vLLM.
     """
-    name = model_name or policy.spec
-    # One generation at a time: the model is not batched, and weights must not change under a sampler.
-    lock = threading.Lock()
+    served = Served(policy, model_name or policy.spec, max_model_len)
     app = FastAPI(title="harness serve")
 
     @app.exception_handler(BadRequest)
@@ -340,112 +354,127 @@ def create_app(
         # Starlette logs the traceback itself after this answer goes out.
         return _error(f"{type(e).__name__}: {e}", "InternalServerError", None, 500)
 
-    def run(fn: Callable[[], T]) -> T:
-        with lock:
-            return fn()
-
     @app.get("/health")
     async def health() -> dict[str, str]:
         return {"status": "ok"}
 
     @app.get("/v1/models")
     async def models() -> ModelList:
-        card = ModelCard(id=name, root=name, max_model_len=max_model_len, policy_version=policy.version)
+        card = ModelCard(
+            id=served.name, root=served.name, max_model_len=max_model_len, policy_version=policy.version
+        )
         return ModelList(data=[card])
 
     @app.post("/v1/completions")
     async def completions(request: Request) -> CompletionResponse:
-        req = await _parse(request, CompletionRequest)
-        _check_model(req.model, name)
-        _check_one_choice(req.n, req.stream)
-        if req.echo:
-            raise BadRequest("echo is not supported", "echo")
-        if req.logprobs is not None and req.logprobs > 0:
-            raise BadRequest("only logprobs=0 is supported: the sampled tokens' log-probs", "logprobs")
-        if isinstance(req.prompt, str):
-            prompt_ids = list(policy.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens))
-        else:
-            prompt_ids = req.prompt
-        if not prompt_ids:
-            raise BadRequest("prompt must be non-empty", "prompt")
-        max_tokens = req.max_tokens or 16
-        _check_length(len(prompt_ids), max_tokens, max_model_len, "prompt")
-        params = _sampling(max_tokens, req.temperature, req.top_p, req.seed)
-        gen = await _generate(run, policy, prompt_ids, params)
-        ids, logprobs, finish, stop_reason = _cut_at_stop(gen, req.stop_token_ids or [])
-        tokenizer = policy.tokenizer
-        choice = CompletionChoice(
-            text=tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens),
-            logprobs=None
-            if req.logprobs is None
-            else _completion_logprobs(policy, ids, logprobs, bool(req.return_tokens_as_token_ids)),
-            finish_reason=finish,
-            stop_reason=stop_reason,
-            prompt_token_ids=prompt_ids if req.return_token_ids else None,
-            token_ids=ids if req.return_token_ids else None,
-        )
-        return CompletionResponse(
-            model=name, choices=[choice], usage=_usage(prompt_ids, ids), policy_version=gen.policy_version
-        )
+        return await _complete(served, await _parse(request, CompletionRequest))
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> ChatResponse:
-        req = await _parse(request, ChatRequest)
-        _check_model(req.model, name)
-        _check_one_choice(req.n, req.stream)
-        prompt_ids = _chat_prompt_ids(policy, req)
-        max_tokens = req.max_completion_tokens or req.max_tokens
-        if max_tokens is None:
-            max_tokens = DEFAULT_CHAT_MAX_TOKENS if max_model_len is None else max_model_len - len(prompt_ids)
-        _check_length(len(prompt_ids), max_tokens, max_model_len, "messages")
-        params = _sampling(max_tokens, req.temperature, req.top_p, req.seed)
-        gen = await _generate(run, policy, prompt_ids, params)
-        text = policy.tokenizer.decode(gen.ids, skip_special_tokens=req.skip_special_tokens)
-        content, calls = parse_tool_calls(text)
-        message = ChatMessageOut(content=content or None, tool_calls=calls)
-        choice = ChatChoice(
-            message=message,
-            finish_reason="tool_calls" if calls else gen.finish_reason,
-            token_ids=gen.ids if req.return_token_ids else None,
-        )
-        return ChatResponse(
-            model=name,
-            choices=[choice],
-            usage=_usage(prompt_ids, gen.ids),
-            prompt_token_ids=prompt_ids if req.return_token_ids else None,
-            policy_version=gen.policy_version,
-        )
+        return await _chat(served, await _parse(request, ChatRequest))
 
     @app.post("/v1/load_weights")
     async def load_weights(request: Request) -> LoadWeightsResponse:
-        req = await _parse(request, LoadWeightsRequest)
-        checkpoint = Path(req.path)
-        if not checkpoint.is_dir():
-            raise BadRequest(f"{checkpoint} is not a checkpoint folder", "path")
-        try:
-            await run_in_threadpool(run, lambda: policy.load_weights(checkpoint, req.version))
-        except (OSError, ValueError, RuntimeError) as e:
-            raise BadRequest(f"could not load weights from {checkpoint}: {e}", "path") from e
-        return LoadWeightsResponse(ok=True, version=policy.version)
+        return await _load_weights(served, await _parse(request, LoadWeightsRequest))
 
     @app.post("/collective_rpc")
     async def collective_rpc(request: Request) -> CollectiveRpcResponse:
-        req = await _parse(request, CollectiveRpcRequest)
-        weights_path = req.kwargs.get("weights_path")
-        if req.method != "reload_weights" or req.args or not isinstance(weights_path, str):
-            raise BadRequest(
-                "harness serve runs only reload_weights with kwargs {'weights_path': FOLDER}", "method"
-            )
-        checkpoint = Path(weights_path)
-        # Like vLLM, whose worker raises: a folder that does not load is a server error.
-        await run_in_threadpool(run, lambda: policy.load_weights(checkpoint, policy.version + 1))
-        return CollectiveRpcResponse(results=[None])
+        return await _collective_rpc(served, await _parse(request, CollectiveRpcRequest))
 
     @app.post("/reset_prefix_cache")
     async def reset_prefix_cache() -> Response:
         return Response(status_code=200)
 
     return app
+
+
+async def _complete(served: Served, req: CompletionRequest) -> CompletionResponse:
+    """POST /v1/completions: token ids (or text) in, token ids and their log-probs out."""
+    policy, max_model_len = served.policy, served.max_model_len
+    _check_model(req.model, served.name)
+    _check_one_choice(req.n, req.stream)
+    if req.echo:
+        raise BadRequest("echo is not supported", "echo")
+    if req.logprobs is not None and req.logprobs > 0:
+        raise BadRequest("only logprobs=0 is supported: the sampled tokens' log-probs", "logprobs")
+    if isinstance(req.prompt, str):
+        prompt_ids = list(policy.tokenizer.encode(req.prompt, add_special_tokens=req.add_special_tokens))
+    else:
+        prompt_ids = req.prompt
+    if not prompt_ids:
+        raise BadRequest("prompt must be non-empty", "prompt")
+    max_tokens = req.max_tokens or 16
+    _check_length(len(prompt_ids), max_tokens, max_model_len, "prompt")
+    params = _sampling(max_tokens, req.temperature, req.top_p, req.seed)
+    gen = await _generate(served.run, policy, prompt_ids, params)
+    ids, logprobs, finish, stop_reason = _cut_at_stop(gen, req.stop_token_ids or [])
+    choice = CompletionChoice(
+        text=policy.tokenizer.decode(ids, skip_special_tokens=req.skip_special_tokens),
+        logprobs=None
+        if req.logprobs is None
+        else _completion_logprobs(policy, ids, logprobs, bool(req.return_tokens_as_token_ids)),
+        finish_reason=finish,
+        stop_reason=stop_reason,
+        prompt_token_ids=prompt_ids if req.return_token_ids else None,
+        token_ids=ids if req.return_token_ids else None,
+    )
+    return CompletionResponse(
+        model=served.name, choices=[choice], usage=_usage(prompt_ids, ids), policy_version=gen.policy_version
+    )
+
+
+async def _chat(served: Served, req: ChatRequest) -> ChatResponse:
+    """POST /v1/chat/completions: messages and tools in, a message with its tool calls out."""
+    policy, max_model_len = served.policy, served.max_model_len
+    _check_model(req.model, served.name)
+    _check_one_choice(req.n, req.stream)
+    prompt_ids = _chat_prompt_ids(policy, req)
+    max_tokens = req.max_completion_tokens or req.max_tokens
+    if max_tokens is None:
+        max_tokens = DEFAULT_CHAT_MAX_TOKENS if max_model_len is None else max_model_len - len(prompt_ids)
+    _check_length(len(prompt_ids), max_tokens, max_model_len, "messages")
+    params = _sampling(max_tokens, req.temperature, req.top_p, req.seed)
+    gen = await _generate(served.run, policy, prompt_ids, params)
+    text = policy.tokenizer.decode(gen.ids, skip_special_tokens=req.skip_special_tokens)
+    content, calls = parse_tool_calls(text)
+    choice = ChatChoice(
+        message=ChatMessageOut(content=content or None, tool_calls=calls),
+        finish_reason="tool_calls" if calls else gen.finish_reason,
+        token_ids=gen.ids if req.return_token_ids else None,
+    )
+    return ChatResponse(
+        model=served.name,
+        choices=[choice],
+        usage=_usage(prompt_ids, gen.ids),
+        prompt_token_ids=prompt_ids if req.return_token_ids else None,
+        policy_version=gen.policy_version,
+    )
+
+
+async def _load_weights(served: Served, req: LoadWeightsRequest) -> LoadWeightsResponse:
+    """POST /v1/load_weights: a checkpoint folder becomes the weights of `req.version`."""
+    checkpoint = Path(req.path)
+    if not checkpoint.is_dir():
+        raise BadRequest(f"{checkpoint} is not a checkpoint folder", "path")
+    try:
+        await run_in_threadpool(served.run, lambda: served.policy.load_weights(checkpoint, req.version))
+    except (OSError, ValueError, RuntimeError) as e:
+        raise BadRequest(f"could not load weights from {checkpoint}: {e}", "path") from e
+    return LoadWeightsResponse(ok=True, version=served.policy.version)
+
+
+async def _collective_rpc(served: Served, req: CollectiveRpcRequest) -> CollectiveRpcResponse:
+    """POST /collective_rpc, as vLLM's dev mode: only `reload_weights` with a folder."""
+    weights_path = req.kwargs.get("weights_path")
+    if req.method != "reload_weights" or req.args or not isinstance(weights_path, str):
+        raise BadRequest(
+            "harness serve runs only reload_weights with kwargs {'weights_path': FOLDER}", "method"
+        )
+    checkpoint = Path(weights_path)
+    policy = served.policy
+    # Like vLLM, whose worker raises: a folder that does not load is a server error.
+    await run_in_threadpool(served.run, lambda: policy.load_weights(checkpoint, policy.version + 1))
+    return CollectiveRpcResponse(results=[None])
 
 
 async def _generate(

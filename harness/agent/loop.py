@@ -20,10 +20,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.sandbox import Sandbox
 from harness.agent.conversation import ChatConversation, TokenConversation
 from harness.agent.parsing import checked, parse_tool_call
-from harness.agent.trajectory import Metrics, Segment, Status, Summary
+from harness.agent.trajectory import Metrics, ParsedCall, Segment, Status, Summary, Turn
 from policies.base import Policy, SamplingParams
 from summarizer import SummaryConfig, should_summarize
-from tasks.model import Task
+from tasks.model import Limits, Task
 from tools import Toolbox
 
 SYSTEM_PROMPT = (
@@ -66,6 +66,52 @@ class Episode(BaseModel):
     tools_s: float
 
 
+def _limit_reached(
+    conv: TokenConversation | ChatConversation, turns: int, max_turns: int, limits: Limits, elapsed_s: float
+) -> str | None:
+    """Which limit ends the episode before its next turn, if one does."""
+    if turns >= max_turns:
+        return f"max_turns ({max_turns})"
+    if conv.trainable and sum(s.token_count() for s in conv.segments) >= limits.max_tokens:
+        return f"max_tokens ({limits.max_tokens})"
+    if elapsed_s >= limits.wall_time_s:
+        return f"wall_time ({limits.wall_time_s:.0f}s)"
+    return None
+
+
+def _act(
+    turn: Turn, native_call: ParsedCall | None, toolbox: Toolbox, sandbox: Sandbox, metrics: Metrics
+) -> tuple[str, bool]:
+    """The turn's tool call run (or why it could not be parsed): the observation's text, and whether the
+    agent submitted. The turn records the call, its error and its time."""
+    call, problem = checked(native_call) if native_call is not None else parse_tool_call(turn.text)
+    turn.tool_call = call
+    if call is None:
+        metrics.parse_errors += 1
+        turn.parse_error = problem
+        text, is_error, submitted = problem or "", True, False
+    else:
+        tool_started = time.monotonic()
+        observation = toolbox.call(sandbox, call.name, call.arguments)
+        turn.tool_s = time.monotonic() - tool_started
+        text, is_error, submitted = observation.text, observation.is_error, observation.submitted
+    metrics.tool_errors += int(is_error and call is not None)
+    turn.observation, turn.observation_error = text, is_error
+    return text, submitted
+
+
+def _count_tokens(conv: TokenConversation | ChatConversation, metrics: Metrics) -> None:
+    """The episode's summaries and token counts into `metrics`."""
+    metrics.summaries = len(conv.summaries)
+    metrics.generated_tokens = sum(len(t.generated_ids) for s in conv.segments for t in s.turns)
+    if conv.trainable:
+        metrics.total_tokens = sum(s.token_count() for s in conv.segments)
+        metrics.max_context_tokens = max(s.token_count() for s in conv.segments)
+    else:
+        metrics.total_tokens = sum(s.tokens_before for s in conv.summaries) + conv.context_tokens()
+        metrics.max_context_tokens = max([s.tokens_before for s in conv.summaries] + [conv.context_tokens()])
+
+
 def run_episode(
     task: Task,
     policy: Policy,
@@ -85,8 +131,7 @@ def run_episode(
         conv = TokenConversation(policy, config.system_prompt, prompt, tools, sampling, summary, seed)
     else:
         conv = ChatConversation(policy, task, config.system_prompt, prompt, tools, sampling, summary, seed)
-    limits = task.limits
-    max_turns = config.max_turns or limits.max_turns
+    max_turns = config.max_turns or task.limits.max_turns
     metrics = Metrics()
     started = time.monotonic()
     status: Status = "limit"
@@ -95,32 +140,13 @@ def run_episode(
     while True:
         if stop is not None and stop.is_set():
             raise Stopped
-        processed = sum(s.token_count() for s in conv.segments) if conv.trainable else conv.context_tokens()
-        if metrics.turns >= max_turns:
-            reason = f"max_turns ({max_turns})"
-            break
-        if conv.trainable and processed >= limits.max_tokens:
-            reason = f"max_tokens ({limits.max_tokens})"
-            break
-        if time.monotonic() - started >= limits.wall_time_s:
-            reason = f"wall_time ({limits.wall_time_s:.0f}s)"
+        reason = _limit_reached(conv, metrics.turns, max_turns, task.limits, time.monotonic() - started)
+        if reason is not None:
             break
         turn, native_call = conv.generate()
         metrics.turns += 1
-        call, problem = checked(native_call) if native_call is not None else parse_tool_call(turn.text)
-        turn.tool_call = call
-        if call is None:
-            metrics.parse_errors += 1
-            turn.parse_error = problem
-            text, is_error, submitted = problem or "", True, False
-        else:
-            tool_started = time.monotonic()
-            observation = toolbox.call(sandbox, call.name, call.arguments)
-            turn.tool_s = time.monotonic() - tool_started
-            tools_s += turn.tool_s
-            text, is_error, submitted = observation.text, observation.is_error, observation.submitted
-        metrics.tool_errors += int(is_error and call is not None)
-        turn.observation, turn.observation_error = text, is_error
+        text, submitted = _act(turn, native_call, toolbox, sandbox, metrics)
+        tools_s += turn.tool_s
         conv.observe(turn, text)
         if on_turn is not None:
             on_turn(metrics.turns)
@@ -129,14 +155,7 @@ def run_episode(
             break
         if should_summarize(conv.context_tokens(), len(conv.segment.turns), summary):
             conv.summarize()
-    metrics.summaries = len(conv.summaries)
-    metrics.generated_tokens = sum(len(t.generated_ids) for s in conv.segments for t in s.turns)
-    if conv.trainable:
-        metrics.total_tokens = sum(s.token_count() for s in conv.segments)
-        metrics.max_context_tokens = max(s.token_count() for s in conv.segments)
-    else:
-        metrics.total_tokens = sum(s.tokens_before for s in conv.summaries) + conv.context_tokens()
-        metrics.max_context_tokens = max([s.tokens_before for s in conv.summaries] + [conv.context_tokens()])
+    _count_tokens(conv, metrics)
     return Episode(
         segments=conv.segments,
         summaries=conv.summaries,
