@@ -1,0 +1,82 @@
+"""The code reads along the data flow: harness/'s folders import only what comes before them, no module
+imports itself back through another, and no function is longer than a screen (80 lines)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "envs", "tools", "policies", "summarizer", "tasks")
+LAYERS = ("agent", "rollouts", "training", "inspection")
+"""harness/'s folders in the order data flows: each may import those before it, none after."""
+MAX_LINES = 80
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            if "suites" in path.parts:
+                continue
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def imports(path: Path, known: set[str]) -> set[str]:
+    """The project's modules `path` imports, at any depth of the file (lazy imports count)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                name = f"{node.module}.{alias.name}"
+                found.add(name if name in known else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+    return found & known
+
+
+def test_harness_folders_import_only_what_comes_before_them() -> None:
+    found = modules()
+    wrong = []
+    for name, path in found.items():
+        parts = name.split(".")
+        if parts[0] != "harness" or len(parts) < 3 or parts[1] not in LAYERS:
+            continue
+        rank = LAYERS.index(parts[1])
+        for target in imports(path, set(found)):
+            bits = target.split(".")
+            if bits[0] == "harness" and len(bits) > 2 and bits[1] in LAYERS and LAYERS.index(bits[1]) > rank:
+                wrong.append(f"{name} imports {target}")
+            elif bits[0] == "harness" and len(bits) == 2 and bits[1] != "config":
+                wrong.append(f"{name} imports {target} (harness/'s entry points import the folders)")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_no_import_cycles() -> None:
+    found = modules()
+    graph = {name: imports(path, set(found)) - {name} for name, path in found.items()}
+    cycles = []
+    for start in graph:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            node = todo.pop()
+            if node == start:
+                cycles.append(start)
+                break
+            if node not in seen:
+                seen.add(node)
+                todo += graph.get(node, ())
+    assert not cycles, f"modules that import themselves back: {sorted(cycles)}"
+
+
+def test_no_function_is_longer_than_80_lines() -> None:
+    long = []
+    for name, path in modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = (node.end_lineno or node.lineno) - node.lineno + 1
+                if lines > MAX_LINES:
+                    long.append(f"{name}.{node.name}: {lines} lines")
+    assert not long, "\n".join(long)
