@@ -24,6 +24,7 @@ class SamplingParams(BaseModel):
     temperature: float = Field(default=1.0, ge=0)
     """0 means greedy."""
     top_p: float = Field(default=1.0, gt=0, le=1)
+    """Nucleus sampling: sample among the likeliest ids until their mass reaches top_p; 1 keeps them all."""
     seed: int | None = None
     """Seed of this generation's sampler; None draws one."""
 

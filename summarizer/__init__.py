@@ -29,6 +29,7 @@ class SummaryConfig(BaseModel):
     max_summary_tokens: int = Field(default=1024, ge=8)
     """Longest summary the model may write."""
     enabled: bool = True
+    """False: no summaries; one segment grows until a task limit ends the episode."""
 
 
 def should_summarize(context_tokens: int, turns_in_segment: int, config: SummaryConfig) -> bool:

@@ -142,14 +142,25 @@ class HarborConfig(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     version: str | None = None
+    """The schema version under its 1.0 name; not used."""
     schema_version: str | None = None
+    """The schema version (1.1 on); not used."""
     task: HarborInfo | None = None
+    """[task]: the package's name, description, authors and keywords; the name is the imported task's
+    title (without it, the folder's name)."""
     metadata: dict[str, Any] = Field(default_factory=dict)
+    """[metadata]: free-form (author, difficulty, tags); not used."""
     verifier: HarborVerifier = Field(default_factory=HarborVerifier)
+    """[verifier]: `timeout_sec` is the grading timeout, `env` the verifier's environment variables."""
     agent: HarborAgent = Field(default_factory=HarborAgent)
+    """[agent]: `timeout_sec` is the episode's wall time (without it, `Limits`' default of 1800 s)."""
     environment: HarborEnvironment = Field(default_factory=HarborEnvironment)
+    """[environment]: `docker_image` (when there is no Dockerfile) and `build_timeout_sec` are used; the
+    harness's own sandbox limits apply instead of the resources asked for."""
     solution: HarborSolution = Field(default_factory=HarborSolution)
+    """[solution]: `env`, the environment variables solution/solve.sh runs with to make the gold patch."""
     source: str | None = None
+    """A top-level `source` key of task.toml; not used."""
 
 
 SECTIONS: dict[str, type[BaseModel]] = {

@@ -43,13 +43,21 @@ class RolloutConfig(BaseModel):
     concurrency: int = Field(default=2, ge=1)
     """Episodes at once (C)."""
     seed: int = 0
+    """Base of the episodes' seeds: each episode's seed is a hash of (seed, task id, sample index)."""
     out: Path = Path("runs/rollout")
+    """The run folder (config.yaml, trajectories.jsonl). Run again on it to add only the missing rollouts."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    """How each episode runs."""
     sampling: SamplingParams = Field(default_factory=SamplingParams)
+    """How each generation is sampled."""
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    """When episodes summarize themselves."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """How the sandboxes are made, for the episodes and for grading."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    """How a grade becomes a reward."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
+    """Rollouts on Ray actors; by default all in this process."""
 
 
 class RolloutSummary(BaseModel):

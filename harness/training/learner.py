@@ -34,7 +34,9 @@ class LearnerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     lr: float = Field(default=1e-5, gt=0)
+    """AdamW learning rate."""
     weight_decay: float = Field(default=0.0, ge=0)
+    """AdamW (decoupled) weight decay; 0 turns it off."""
     grad_clip: float = Field(default=1.0, gt=0)
     """Global gradient-norm clip."""
     micro_batch_tokens: int = Field(default=16_384, ge=64)
@@ -44,19 +46,31 @@ class LearnerConfig(BaseModel):
     drop_uniform_groups: bool = False
     """Leave out groups whose rewards are all equal (their advantage is 0 anyway)."""
     clip_low: float = Field(default=0.2, ge=0)
+    """PPO clip where A < 0: the ratio is clipped at 1 - clip_low (verl `clip_ratio_low`). Inactive for now:
+    each batch gets one update, so the ratio stays 1."""
     clip_high: float = Field(default=0.28, ge=0)
+    """PPO clip where A > 0: the ratio is clipped at 1 + clip_high (DAPO's clip-higher, verl
+    `clip_ratio_high`). Inactive for now, as `clip_low`."""
     dual_clip: float | None = Field(default=3.0, gt=1)
+    """For A < 0, the per-token loss is at most -A * dual_clip (dual-clip PPO, verl `clip_ratio_c`); None
+    turns it off. Inactive for now, as `clip_low`."""
     loss_agg: AggMode = "token-mean"
+    """How per-token losses become one scalar: `token-mean` (every token weighs the same, DAPO),
+    `seq-mean-token-mean` (every segment row the same, GRPO), `seq-mean-token-sum-norm` (Dr. GRPO, needs
+    `max_len`)."""
     max_len: int | None = None
     """The constant of `seq-mean-token-sum-norm` (Dr. GRPO): the generation budget."""
     importance: ISMode = "truncate"
     """Correction of the sampler / learner mismatch: truncated (TIS) or masked (MIS) importance weights."""
     importance_cap: float = Field(default=2.0, gt=1)
+    """Most an importance weight can be under `truncate`. `mask` ignores it and drops the tokens whose
+    weight is outside [0.5, 2]."""
     kl_coef: float = Field(default=0.0, ge=0)
     """Weight of the k3 KL to the reference model (the starting weights) in the loss; 0 turns it off."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (off by default)."""
     activation_checkpointing: bool = False
+    """Recompute the activations in the backward pass instead of keeping them: less memory, more time."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 autocast on GPU; the CPU path stays float32."""
     parallel: Literal["replicate", "fsdp"] = "replicate"

@@ -75,8 +75,11 @@ class SFTConfig(BaseModel):
     model: Path
     """A Hugging Face model folder with the starting weights."""
     suite: str = "builtin"
+    """A built-in suite's name or a suite folder."""
     tasks: list[str] | None = None
+    """Task ids to make demonstrations of (default: the whole suite)."""
     out: Path = Path("runs/sft")
+    """The run folder: the demonstrations' rollouts in demonstrations/SCRIPT, the trained model in model/."""
     scripts: list[str] = Field(default_factory=lambda: ["gold"])
     """Scripted policies that make the demonstrations: `gold`, `gold-min`, `decoy`, or a FILE."""
     solved_only: bool = True
@@ -87,11 +90,17 @@ class SFTConfig(BaseModel):
     """Stop after the first epoch whose mean loss is at most this: the demonstrations are learnt. How many
     epochs that takes varies between machines (their rounding differs); the model it gives does not."""
     rows_per_step: int = Field(default=8, ge=1)
+    """Segment rows per optimizer step; the last step of an epoch takes the rows left."""
     seed: int = 0
+    """Seeds the demonstrations' episodes and the order the rows are shuffled into each epoch."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    """How each demonstration runs; its `bash_enabled` also decides the tools the rows show."""
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    """When demonstrations summarize themselves (the summaries are trained on)."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """How the demonstrations' sandboxes are made, for the episodes and for grading."""
     learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
+    """The optimizer and its micro-batches (the GRPO settings do not apply); learning rate 1e-3 by default."""
 
 
 def run_sft(

@@ -88,22 +88,35 @@ class TrainConfig(BaseModel):
     """Async mode: a group is trained only if its oldest token is at most this many policy versions behind
     the learner; older groups are dropped (counted in `groups_dropped_stale`)."""
     suite: str = "builtin"
+    """A built-in suite's name or a suite folder."""
     tasks: list[str] | None = None
     """Task ids to train on (default: the whole suite)."""
     out: Path = Path("runs/train")
+    """The run folder: config.yaml, trajectories.jsonl, metrics.jsonl, learner.jsonl, checkpoints/."""
     steps: int = Field(default=10, ge=1)
+    """Training steps; each rolls out `tasks_per_step` x `group_size` episodes and updates the policy once."""
     tasks_per_step: int = Field(default=4, ge=1)
+    """Tasks drawn for each step, all different (every task when the suite has fewer)."""
     group_size: int = Field(default=4, ge=2)
     """Rollouts per task per step; GRPO compares within these groups."""
     concurrency: int = Field(default=2, ge=1)
+    """Episodes at once in this process; with `cluster.address`, `cluster.worker_concurrency` applies."""
     seed: int = 0
+    """Seeds the draw of each step's tasks and each episode (a hash of seed, task id and sample index)."""
     checkpoint_every: int = Field(default=1, ge=1)
+    """Save a checkpoint (weights, optimizer, task draw) every this many steps, and after the last step."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
+    """How each episode runs."""
     sampling: SamplingParams = Field(default_factory=SamplingParams)
+    """How each generation is sampled; the learner computes its log-probs at the same temperature."""
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
+    """When episodes summarize themselves."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """How the sandboxes are made, for the episodes and for grading."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    """How a grade becomes a reward."""
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
+    """How the policy is updated from each step's rollouts."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model, or
     on the `sampler` servers."""

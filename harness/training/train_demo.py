@@ -39,22 +39,34 @@ class DemoConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     out: Path = Path("runs/demo")
+    """The demo's folder: base/ (the tiny model), sft/, grpo/, eval-warm-start/ and eval-grpo/."""
     backend: str = "auto"
+    """Sandbox backend: `docker`, `bwrap`, or `auto` (Docker when a daemon answers, else bubblewrap)."""
     seed: int = 0
+    """Seeds the tiny model's weights, the warm start and GRPO; the evaluations use seed + 10000."""
     hidden_size: int = 96
+    """Width of the tiny model; a multiple of its 4 attention heads."""
     layers: int = 3
+    """Decoder layers of the tiny model."""
     sft_epochs: int = 200
     """Warm-start epochs at most."""
     sft_target_loss: float = 0.01
     """The warm start stops once an epoch's mean loss is this low: the model then writes well-formed right
     and wrong fixes alike. A fixed epoch count gave models that wrote broken tool calls on some CPUs."""
     sft_lr: float = 3e-3
+    """Learning rate of the warm start."""
     grpo_steps: int = 12
+    """GRPO steps; the final evaluation is of the model after the last one."""
     grpo_lr: float = 5e-4
+    """Learning rate of GRPO."""
     group_size: int = 6
+    """Rollouts per task per GRPO step."""
     tasks_per_step: int = 6
+    """Tasks per GRPO step; 6 is every task of the demo suite."""
     eval_samples: int = 8
+    """Rollouts per task in each evaluation (warm start only, then after GRPO)."""
     concurrency: int = 3
+    """Episodes at once in the evaluations and in GRPO's rollouts."""
     temperature: float = 0.8
     """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48
