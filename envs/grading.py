@@ -36,7 +36,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -97,6 +97,15 @@ class Grade(BaseModel):
     """Hidden test files pytest could not collect -> the error's last line: why their tests are `error`
     or `missing` (a module not found, a syntax error). Told by the code under test: shown, never scored."""
 
+    @classmethod
+    def ungraded(cls, task_id: str, **fields: Any) -> Grade:
+        """A grade of nothing, reward 0: a patch that did not apply (`apply_error`), or grading that could
+        not run (`infra_error`)."""
+        return cls(
+            task_id=task_id, correct=0.0, reward=0.0, fail_to_pass={}, pass_to_pass={}, patch_applied=False,
+            dropped_paths=[], simplicity=None, duration_s=0.0, **fields,
+        )  # fmt: skip
+
 
 def collect_patch(sandbox: Sandbox, task: Task, config: SandboxConfig) -> str:
     """The agent's changes as a git-format patch against the task's start tree (`envs/start_tree.py`:
@@ -145,17 +154,7 @@ def grade_patch(
     patch."""
     reward_config = reward_config or RewardConfig()
     started = time.monotonic()
-    empty = Grade(
-        task_id=task.id,
-        correct=0.0,
-        reward=0.0,
-        fail_to_pass={},
-        pass_to_pass={},
-        patch_applied=False,
-        dropped_paths=[],
-        simplicity=None,
-        duration_s=0.0,
-    )
+    empty = Grade.ungraded(task.id)
     try:
         base = start_tree(task, sandbox_config)
     except SandboxError as e:

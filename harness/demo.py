@@ -17,12 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from envs.factory import resolve_backend
-from envs.gym_env import CodingEnv
 from envs.sandbox import SandboxConfig
+from harness.gym import CodingEnv
 from tasks.model import Task
 from tasks.patches import patch_as_edits
 from tasks.suite import load_suite
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 DEMO_TASK = "kvstore-001-expire-boundary"
 
@@ -49,7 +49,7 @@ def run_demo(backend: str = "auto", task_id: str = DEMO_TASK) -> int:
     backend = resolve_backend(backend)
     env = CodingEnv(
         [task],
-        lambda t: Toolbox(ToolsConfig(test_command=t.test_command, allowed=t.tools)),
+        Toolbox.for_task,
         SandboxConfig.model_validate({"backend": backend}),
     )
     started = time.perf_counter()

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.sandbox import Sandbox, SandboxUnusable
+from tasks.model import Task
 from tools.base import Observation, Tool, ToolError
 from tools.commands import Bash, RunTests
 from tools.files import Edit, ListDir, ReadFile, WriteFile
@@ -53,6 +54,12 @@ class Toolbox:
         self.tools = {
             tool.name: tool for tool in tools if config.allowed is None or tool.name in config.allowed
         }
+
+    @classmethod
+    def for_task(cls, task: Task, config: ToolsConfig | None = None) -> Toolbox:
+        """The tools of `task`: its test command and its allowlist over `config` (default settings)."""
+        config = config or ToolsConfig()
+        return cls(config.model_copy(update={"test_command": task.test_command, "allowed": task.tools}))
 
     def schemas(self) -> list[dict[str, Any]]:
         """The tools in the OpenAI function-calling format."""

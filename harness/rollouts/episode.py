@@ -71,7 +71,7 @@ class SandboxPool:
                 sandbox.close()
                 sandbox = None
         if sandbox is None:
-            sandbox = ReplacingSandbox(lambda: start_task_sandbox(task, self.config))
+            sandbox = task_sandbox(task, self.config)
         with self.lock:
             self.busy.add(sandbox)
         run_setup(sandbox, task)
@@ -89,6 +89,12 @@ class SandboxPool:
             self.idle.clear()
         for sandbox in everything:
             sandbox.close()
+
+
+def task_sandbox(task: Task, config: SandboxConfig) -> ReplacingSandbox:
+    """A sandbox of `task` (its image or environment, its repository), replaced if it dies; the task's
+    setup commands are run by the caller (`run_setup`), again after every reset."""
+    return ReplacingSandbox(lambda: start_task_sandbox(task, config))
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
@@ -120,9 +126,7 @@ def run_one(
         timings=Timings(started_at=time.time()),
     )
     started = time.monotonic()
-    toolbox = Toolbox(
-        ToolsConfig(test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled)
-    )
+    toolbox = Toolbox.for_task(task, ToolsConfig(bash_enabled=config.loop.bash_enabled))
     try:
         sandbox = pool.acquire(task)
     except SandboxError as e:
@@ -131,7 +135,7 @@ def run_one(
         episode = run_episode(
             task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
         )
-        patch = collect_patch(sandbox, task, pool.config)
+        patch = collect_patch(sandbox, task, pool.config)  # read before the sandbox goes back to the pool
     except Stopped:
         raise
     except SandboxError as e:

@@ -30,7 +30,7 @@ from policies.hf import HFPolicy
 from policies.tiny import build_tiny_model
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 
 class DemoConfig(BaseModel):
@@ -93,7 +93,7 @@ def prompt_tokens(policy: HFPolicy, suite: str) -> int:
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
     longest = 0
     for task in load_suite(suite):
-        tools = Toolbox(ToolsConfig(test_command=task.test_command, allowed=task.tools)).schemas()
+        tools = Toolbox.for_task(task).schemas()
         messages = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": task.prompt()},

@@ -20,6 +20,7 @@ from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
 from tests.envs.test_cleanup import NOTHING, leftovers
+from tests.faults.common import short_dir
 
 FORCE_PASS_CONFTEST = """\
 import pytest
@@ -249,9 +250,9 @@ print(json.dumps({"correct": grade.correct, "run": current_owner(config.state_di
 """
 
 
-def test_a_process_that_exits_right_after_a_grade_leaves_no_sandbox(backend: str, tmp_path: Path) -> None:
+def test_a_process_that_exits_right_after_a_grade_leaves_no_sandbox(backend: str) -> None:
     """The interpreter waits at exit for a grading sandbox still closing."""
-    state_dir = tmp_path / "state"
+    state_dir = short_dir("grade-exit-")  # executor sockets live in it
     proc = subprocess.run(
         [sys.executable, "-c", GRADE_AND_EXIT, backend, str(state_dir)],
         capture_output=True,
@@ -263,6 +264,7 @@ def test_a_process_that_exits_right_after_a_grade_leaves_no_sandbox(backend: str
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["correct"] == 1.0
     assert leftovers(state_dir, result["run"]) == NOTHING
+    shutil.rmtree(state_dir)
 
 
 def test_a_patch_that_does_not_apply_scores_zero(builtin_task: Task) -> None:

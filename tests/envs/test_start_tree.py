@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from envs.grading import Grade, collect_patch, gold_episode_problems, grade_patch, validate_task
-from envs.gym_env import CodingEnv
 from envs.sandbox import SandboxConfig
 from envs.start_tree import start_tree
+from harness.gym import CodingEnv
 from tasks.model import HiddenTests, Task
 from tests.envs.test_grading import ADD_FIX
 from tools import Toolbox, ToolsConfig

@@ -1,16 +1,22 @@
-"""CodingEnv passes Gymnasium's checker and an episode that plays the gold patch earns a reward."""
+"""CodingEnv passes Gymnasium's checker, an episode that plays the gold patch earns a reward, and the
+env and `harness rollout` are one episode engine: the same tool calls give the same observations and
+grade."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import gymnasium as gym
 from gymnasium.utils.env_checker import check_env
 
-import harness.gym  # noqa: F401  (registers harness/CodingEnv-v0)
-from envs.gym_env import CodingEnv
+import harness.gym
 from envs.sandbox import SandboxConfig
+from harness.gym import CodingEnv
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
+from harness.rollouts.store import RunStore
 from tasks.patches import patch_as_edits
 from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
@@ -62,3 +68,37 @@ def test_limits_truncate_and_bad_actions_are_observations() -> None:
     assert truncated and not terminated
     assert reward == 0.0 and info["grade"]["correct"] == 0.0
     env.close()
+
+
+def timeless(text: str) -> str:
+    """An observation without its durations (pytest's `in 0.12s`)."""
+    return re.sub(r"\d+\.\d+s\b", "<t>s", text)
+
+
+def test_an_episode_through_the_env_is_the_rollouts_episode(backend: str, tmp_path: Path) -> None:
+    """`harness rollout` with the scripted gold policy, then its tool calls played through the env: each
+    observation and the grade are the same (durations aside)."""
+    task = load_suite("builtin")[0]
+    config = RolloutConfig(tasks=[task.id], policy="scripted:gold", out=tmp_path / "run")
+    config.sandbox = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    rollout(config)
+    (trajectory,) = RunStore(tmp_path / "run").trajectories()
+    turns = [turn for segment in trajectory.segments for turn in segment.turns]
+    assert trajectory.grade is not None and trajectory.grade.correct == 1.0 and len(turns) >= 3
+
+    env = harness.gym.make_coding_env(backend=backend, task_ids=[task.id])
+    try:
+        env.reset(options={"task": task.id})
+        for turn in turns:
+            assert turn.tool_call is not None
+            action = {"name": turn.tool_call.name, "arguments": turn.tool_call.arguments}
+            observation, _, terminated, truncated, info = env.step(action)
+            assert timeless(observation) == timeless(turn.observation or "")
+            assert info["is_error"] == turn.observation_error
+    finally:
+        env.close()
+    assert terminated and not truncated
+    ignored = {"duration_s"}
+    assert {k: v for k, v in info["grade"].items() if k not in ignored} == trajectory.grade.model_dump(
+        exclude=ignored
+    )
