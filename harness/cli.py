@@ -740,7 +740,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
 
     train(config, resume=args.resume, on_step=show)
-    console.print(f"metrics: {config.out / 'metrics.jsonl'}; checkpoints: {config.out / 'checkpoints'}")
+    out = config.rollout.out
+    console.print(f"metrics: {out / 'metrics.jsonl'}; checkpoints: {out / 'checkpoints'}")
     return 0
 
 

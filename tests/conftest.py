@@ -213,11 +213,13 @@ def scripted_training_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_p
     def make(out: Path) -> None:
         config = TrainConfig.model_validate(
             {
-                "model": str(tiny_model_path), "script": "gold-or-decoy", "suite": "demo", "out": str(out),
-                "steps": 3, "tasks_per_step": 3, "group_size": 4, "concurrency": 2, "seed": 0,
-                "checkpoint_every": 3, "sandbox": {"backend": "bwrap"}, "learner": {"lr": 1e-4},
-                "summary": {"trigger_tokens": 64, "max_summary_tokens": 32},
-                "sampling": {"max_new_tokens": 128, "temperature": 1.0},
+                "model": str(tiny_model_path), "script": "gold-or-decoy", "steps": 3, "tasks_per_step": 3,
+                "checkpoint_every": 3, "learner": {"lr": 1e-4},
+                "rollout": {
+                    "suite": "demo", "out": str(out), "group_size": 4, "concurrency": 2, "seed": 0,
+                    "sandbox": {"backend": "bwrap"}, "summary": {"trigger_tokens": 64, "max_summary_tokens": 32},
+                    "sampling": {"max_new_tokens": 128, "temperature": 1.0},
+                },
             }
         )  # fmt: skip
         train(config)

@@ -157,8 +157,9 @@ def follow(
 def load_setup(root: Path, suite: str | None = None) -> RunSetup:
     """The run's suite (or `suite` instead), loop, sandbox and reward settings.
 
-    Rollout and training configs share these four parts; only they are read (each strictly), so a
-    training run's config is read without importing the trainer.
+    A rollout config holds these four parts at its top level, a training config in its `rollout` section
+    (at the top level too in runs written before that); only they are read (each strictly), so a training
+    run's config is read without importing the trainer.
     """
     path = root / "config.yaml"
     if not path.is_file():
@@ -169,7 +170,9 @@ def load_setup(root: Path, suite: str | None = None) -> RunSetup:
         raise RunError(f"{path}: not a readable YAML file: {' '.join(str(e).split())}") from e
     if not isinstance(data, dict):
         raise RunError(f"{path}: not a run config")
-    parts = {name: data[name] for name in RunSetup.model_fields if name in data}
+    nested = data.get("rollout")  # a training run's rollout settings (since they moved into `rollout`)
+    source = nested if isinstance(nested, dict) else data
+    parts = {name: source[name] for name in RunSetup.model_fields if name in source}
     if suite is not None:
         parts["suite"] = suite
     try:

@@ -34,12 +34,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from envs.reward import RewardConfig
-from envs.sandbox import SandboxConfig
-from harness.agent.loop import LoopConfig
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import ClusterConfig, RolloutConfig
+from harness.rollouts.config import RolloutConfig
 from harness.rollouts.episode import Rollouts, SandboxPool
 from harness.rollouts.local import LocalRollouts, select
 from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
@@ -55,16 +52,22 @@ from harness.training.checkpoint import (
 from harness.training.distributed import Processes
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
-from policies.base import SamplingParams, TokenPolicy
+from policies.base import TokenPolicy
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
 from policies.tito import ReloadEndpoint, TitoPolicy
-from summarizer import SummaryConfig
 from tasks.model import Task
 from tasks.suite import load_suite
 
 if TYPE_CHECKING:
     from harness.rollouts.cluster import ClusterRollouts
+
+
+ROLLOUT_KEYS = (
+    "suite", "tasks", "group_size", "concurrency", "seed", "out",
+    "loop", "sampling", "summary", "sandbox", "reward", "cluster",
+)  # fmt: skip
+"""The rollout settings a training config held at its top level before they moved into `rollout`."""
 
 
 class TrainConfig(BaseModel):
@@ -87,39 +90,23 @@ class TrainConfig(BaseModel):
     max_staleness: int = Field(default=1, ge=0)
     """Async mode: a group is trained only if its oldest token is at most this many policy versions behind
     the learner; older groups are dropped (counted in `groups_dropped_stale`)."""
-    suite: str = "builtin"
-    """A built-in suite's name or a suite folder."""
-    tasks: list[str] | None = None
-    """Task ids to train on (default: the whole suite)."""
-    out: Path = Path("runs/train")
-    """The run folder: config.yaml, trajectories.jsonl, metrics.jsonl, learner.jsonl, checkpoints/."""
+    rollout: RolloutConfig = Field(
+        default_factory=lambda: RolloutConfig(group_size=4, out=Path("runs/train"))
+    )
+    """How each step's episodes run, as `harness rollout` runs them: `suite`, `tasks`, `group_size` (G, at
+    least 2 here: GRPO compares within groups; default 4), `concurrency`, `seed` (also the draw of each
+    step's tasks), `out` (the run folder: config.yaml, trajectories.jsonl, metrics.jsonl, learner.jsonl,
+    checkpoints/; default runs/train), `loop`, `sampling` (the learner computes log-probs at the same
+    temperature), `summary`, `sandbox`, `reward` and `cluster`. Its `policy` is set from `sampler` or
+    `model`: the learner's weights sample."""
     steps: int = Field(default=10, ge=1)
     """Training steps; each rolls out `tasks_per_step` x `group_size` episodes and updates the policy once."""
     tasks_per_step: int = Field(default=4, ge=1)
     """Tasks drawn for each step, all different (every task when the suite has fewer)."""
-    group_size: int = Field(default=4, ge=2)
-    """Rollouts per task per step; GRPO compares within these groups."""
-    concurrency: int = Field(default=2, ge=1)
-    """Episodes at once in this process; with `cluster.address`, `cluster.worker_concurrency` applies."""
-    seed: int = 0
-    """Seeds the draw of each step's tasks and each episode (a hash of seed, task id and sample index)."""
     checkpoint_every: int = Field(default=1, ge=1)
     """Save a checkpoint (weights, optimizer, task draw) every this many steps, and after the last step."""
-    loop: LoopConfig = Field(default_factory=LoopConfig)
-    """How each episode runs."""
-    sampling: SamplingParams = Field(default_factory=SamplingParams)
-    """How each generation is sampled; the learner computes its log-probs at the same temperature."""
-    summary: SummaryConfig = Field(default_factory=SummaryConfig)
-    """When episodes summarize themselves."""
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    """How the sandboxes are made, for the episodes and for grading."""
-    reward: RewardConfig = Field(default_factory=RewardConfig)
-    """How a grade becomes a reward."""
     learner: LearnerConfig = Field(default_factory=LearnerConfig)
     """How the policy is updated from each step's rollouts."""
-    cluster: ClusterConfig = Field(default_factory=ClusterConfig)
-    """Rollouts on Ray actors (`cluster.address=auto`), each sampling with its own copy of the model, or
-    on the `sampler` servers."""
     script: Literal["gold-or-decoy"] | None = None
     """Instead of sampling, the policy plays scripted fixes as its own tokens, with its own log-probs: the
     gold fix or a wrong one, and sometimes a message with no tool call first, chosen by each episode's seed
@@ -144,21 +131,38 @@ class TrainConfig(BaseModel):
                 raise ValueError(f"{value!r}: the sampler must be a token server, tito:MODEL@URL")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_rollout(cls, data: Any) -> Any:
+        """Rollout settings given at the top level (a config.yaml written before `rollout` was nested, or
+        `group_size=8` on the command line) go into `rollout`; the training defaults fill the rest."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        given = data.get("rollout") or {}
+        rollout = dict(given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else given)
+        for key in ROLLOUT_KEYS:
+            if key in data:
+                rollout.setdefault(key, data.pop(key))
+        rollout.setdefault("group_size", 4)
+        rollout.setdefault("out", "runs/train")
+        data["rollout"] = rollout
+        return data
+
+    @model_validator(mode="after")
+    def _groups_and_policy(self) -> TrainConfig:
+        if self.rollout.group_size < 2:
+            raise ValueError("rollout.group_size must be at least 2: GRPO compares rollouts within a group")
+        self.rollout.policy = self.sampler or f"hf:{self.model}"
+        return self
+
     @model_validator(mode="after")
     def _script_in_process(self) -> TrainConfig:
-        if self.script is not None and (self.sampler or self.cluster.address or self.mode != "sync"):
+        if self.script is not None and (self.sampler or self.rollout.cluster.address or self.mode != "sync"):
             raise ValueError(
                 "script plays in-process and synchronously: leave sampler, cluster.address and mode"
             )
         return self
-
-    def rollout_config(self) -> RolloutConfig:
-        return RolloutConfig(
-            suite=self.suite, tasks=self.tasks, policy=self.sampler or f"hf:{self.model}", group_size=self.group_size,
-            concurrency=self.concurrency, seed=self.seed, out=self.out, loop=self.loop,
-            sampling=self.sampling, summary=self.summary, sandbox=self.sandbox, reward=self.reward,
-            cluster=self.cluster,
-        )  # fmt: skip
 
 
 def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -188,7 +192,7 @@ def train(
     processes of a torchrun launch return an empty list)."""
     processes = distributed.start(config.device)
     try:
-        found = latest_checkpoint(config.out / "checkpoints") if resume else None
+        found = latest_checkpoint(config.rollout.out / "checkpoints") if resume else None
         found = distributed.broadcast(processes, found)  # rank 0's view of the run directory decides
         if not processes.main:
             _follow(config, processes, found)
@@ -245,7 +249,7 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     if learned.optimizer is not None:
         state = {"order": run.plan[step - run.steps.start][1]}
         save_checkpoint(
-            config.out / "checkpoints",
+            config.rollout.out / "checkpoints",
             step + 1,
             run.policy.model,
             run.policy.tokenizer,
@@ -327,14 +331,14 @@ class TrainingRun:
 
 def _open_run(config: TrainConfig, processes: Processes, found: Path | None, resume: bool) -> TrainingRun:
     """The run's store, learner, sampler, rollouts and weight hand-over, at the step it resumes from."""
-    tasks = select(load_suite(config.suite), config.tasks)
-    store = RunStore(config.out)
+    tasks = select(load_suite(config.rollout.suite), config.rollout.tasks)
+    store = RunStore(config.rollout.out)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.create(config)}
     weights_at = found / "model" if found else config.model
     policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
     server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
-    order = random.Random(config.seed)
+    order = random.Random(config.rollout.seed)
     start = 0
     if saved_state is not None:
         start = saved_state["step"]
@@ -352,7 +356,11 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
 
     def roll(step: int) -> list[Trajectory]:
         chosen, _ = plan[step - start]
-        jobs = [(t, step * config.group_size + k) for t in chosen for k in range(config.group_size)]
+        jobs = [
+            (t, step * config.rollout.group_size + k)
+            for t in chosen
+            for k in range(config.rollout.group_size)
+        ]
         done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
         todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
         new = rollouts.run_batch(todo, store.append_trajectory, stop)
@@ -363,7 +371,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         batches = AsyncBatches(
             AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
         )
-    writer = MetricsWriter(config.out)
+    writer = MetricsWriter(config.rollout.out)
     closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
     return TrainingRun(config, processes, steps, store, policy, learner, plan, batches, writer, closers)
 
@@ -378,20 +386,20 @@ def _rollouts(
     version: int,
 ) -> tuple[Rollouts, WeightSync[Any]]:
     """What rolls out each step's batch, and how the learner's weights reach what samples it."""
-    rollout_config = config.rollout_config()
-    pool = SandboxPool(config.sandbox)  # made even when unused: it reaps what dead runs left
-    if config.cluster.address is not None:
+    rollout_config = config.rollout.model_copy(update={"policy": config.sampler or f"hf:{config.model}"})
+    pool = SandboxPool(config.rollout.sandbox)  # made even when unused: it reaps what dead runs left
+    if config.rollout.cluster.address is not None:
         pool.close_all()
         cluster = _cluster(rollout_config, policy, version, server, config)
         if server is not None:
-            return cluster, to_servers(policy, server, config.out / "weights", cluster)
+            return cluster, to_servers(policy, server, config.rollout.out / "weights", cluster)
         return cluster, to_cluster(policy, cluster)
     if server is not None:
         return LocalRollouts(server, rollout_config, pool), to_servers(
-            policy, server, config.out / "weights", None
+            policy, server, config.rollout.out / "weights", None
         )
     if config.mode == "async":  # the in-process sampler is a copy: the learner's weights change under it
-        own = HFPolicy(weights_at, device=str(processes.device), seed=config.seed)
+        own = HFPolicy(weights_at, device=str(processes.device), seed=config.rollout.seed)
         own.set_version(version)
         return LocalRollouts(own, rollout_config, pool), to_copy(policy, own)
     sampler: TokenPolicy = ScriptedTokens(policy, tasks) if config.script else policy
@@ -447,7 +455,7 @@ def _start_learner(
     """The policy on this process's device, its learner, and the trainer state of checkpoint `found`
     (whose optimizer state the learner takes)."""
     device = str(processes.device)
-    policy = HFPolicy(weights_at, device=device, seed=config.seed)
+    policy = HFPolicy(weights_at, device=device, seed=config.rollout.seed)
     model = policy.model
     if processes.main and processes.world > 1 and config.learner.parallel == "fsdp":
         model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one
@@ -456,7 +464,11 @@ def _start_learner(
     if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
         reference = HFPolicy(config.model, device=device).model.eval().requires_grad_(False)
     learner = Learner(
-        model, config.learner, pad_id=pad_id, temperature=config.sampling.temperature, reference=reference
+        model,
+        config.learner,
+        pad_id=pad_id,
+        temperature=config.rollout.sampling.temperature,
+        reference=reference,
     )
     saved_state = load_checkpoint(found, learner.model, learner.optimizer) if found is not None else None
     return policy, learner, saved_state

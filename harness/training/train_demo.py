@@ -114,16 +114,11 @@ def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str)
     )  # fmt: skip
 
 
-def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
-    console = console or Console()
-    config = config.model_copy(update={"backend": resolve_backend(config.backend)})
-    sandbox = SandboxConfig.model_validate({"backend": config.backend})
-    base = build_tiny_model(
-        config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
-    )
-    console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
-    budget = prompt_tokens(HFPolicy(base), "demo") + config.summary_margin_tokens
-    summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
+def warm_start(
+    config: DemoConfig, base: Path, sandbox: SandboxConfig, console: Console
+) -> tuple[Path, list[float]]:
+    """Step 2 of the demo: SFT of the tiny model on right and wrong scripted fixes; the model's folder and
+    the loss of each epoch."""
     epochs: list[float] = []
 
     def epoch_done(epoch: int, loss: float) -> None:
@@ -131,7 +126,6 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         if epoch % 10 == 0:
             console.print(f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f}")
 
-    console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
     sft_model = run_sft(
         SFTConfig(
             model=base, suite="demo", out=config.out / "sft", scripts=["gold-min", "decoy"], solved_only=False,
@@ -142,6 +136,21 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         on_epoch=epoch_done,
     )  # fmt: skip
     console.print(f"   warm start: {len(epochs)} epochs, last loss {epochs[-1]:.4f} -> {sft_model}")
+    return sft_model, epochs
+
+
+def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+    console = console or Console()
+    config = config.model_copy(update={"backend": resolve_backend(config.backend)})
+    sandbox = SandboxConfig.model_validate({"backend": config.backend})
+    base = build_tiny_model(
+        config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
+    )
+    console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
+    budget = prompt_tokens(HFPolicy(base), "demo") + config.summary_margin_tokens
+    summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
+    console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
+    sft_model, epochs = warm_start(config, base, sandbox, console)
     baseline = evaluate(sft_model, config, summary, "eval-warm-start")
     console.print(
         f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
@@ -160,11 +169,13 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     console.print(f"[bold]4.[/] GRPO, {config.grpo_steps} steps, summary budget {budget} tokens")
     train(
         TrainConfig(
-            model=sft_model, suite="demo", out=config.out / "grpo", steps=config.grpo_steps,
-            tasks_per_step=config.tasks_per_step, group_size=config.group_size, concurrency=config.concurrency,
-            seed=config.seed, checkpoint_every=config.grpo_steps, summary=summary, sandbox=sandbox,
-            loop=LoopConfig(), sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
-            learner=LearnerConfig(lr=config.grpo_lr),
+            model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
+            checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr),
+            rollout=RolloutConfig(
+                suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
+                seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),
+                sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
+            ),
         ),
         on_step=show,
     )  # fmt: skip

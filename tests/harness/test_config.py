@@ -64,3 +64,40 @@ def test_print_config_gives_the_resolved_settings_as_a_file_that_reads_back(
     assert main(["train", "--print-config", "model=no-such-folder", "steps=3"]) == 0  # printed, not run
     train = TrainConfig.model_validate(yaml.safe_load(capsys.readouterr().out))
     assert (train.steps, str(train.model)) == (3, "no-such-folder")
+
+
+def test_a_training_config_nests_the_rollout_settings_and_reads_the_older_flat_form(tmp_path: Path) -> None:
+    """TrainConfig holds a RolloutConfig (no copied fields); a config.yaml written before that, with the
+    rollout settings at the top level, reads to the same settings, and so do flat `key=value` overrides."""
+    from harness.inspection.runs import load_setup
+    from harness.training.train import TrainConfig
+
+    nested = {
+        "model": "m",
+        "steps": 2,
+        "rollout": {"suite": "demo", "group_size": 8, "sandbox": {"cpus": 2.0}},
+    }
+    flat = {"model": "m", "steps": 2, "suite": "demo", "group_size": 8, "sandbox": {"cpus": 2.0}}
+    config = TrainConfig.model_validate(nested)
+    assert isinstance(config.rollout, RolloutConfig)
+    assert TrainConfig.model_validate(flat) == config
+    assert (config.rollout.group_size, config.rollout.sandbox.cpus, config.rollout.out) == (
+        8,
+        2.0,
+        Path("runs/train"),
+    )
+    assert config.rollout.policy == "hf:m"  # the learner's weights sample
+    assert load_config(TrainConfig, None, ["model=m", "rollout.group_size=6"]).rollout.group_size == 6
+    assert load_config(TrainConfig, None, ["model=m", "group_size=6"]).rollout.group_size == 6
+    assert TrainConfig(model=Path("m")).rollout.group_size == 4  # the training default, not a rollout's 1
+    with pytest.raises(ValueError, match="at least 2"):
+        TrainConfig.model_validate({"model": "m", "rollout": {"group_size": 1}})
+    written = config.model_dump(mode="json")  # what a run's config.yaml holds
+    older = {**{k: v for k, v in written.items() if k != "rollout"}, **written["rollout"]}
+    older.pop("policy")
+    for name, data in (("nested", written), ("flat", older)):  # both run folders read back
+        run = tmp_path / name
+        run.mkdir()
+        (run / "config.yaml").write_text(yaml.safe_dump(data))
+        assert load_setup(run).suite == "demo"
+        assert TrainConfig.model_validate(data) == config

@@ -47,9 +47,8 @@ def test_a_killed_worker_loses_only_its_episodes_which_run_again_untrained(
 ) -> None:
     run = tmp_path / "run"
     config = async_config(tiny_model_path, run, max_staleness=1)
-    config = config.model_copy(
-        update={"cluster": config.cluster.model_copy(update={"address": "auto", "workers": 2})}
-    )
+    cluster = config.rollout.cluster.model_copy(update={"address": "auto", "workers": 2})
+    config = config.model_copy(update={"rollout": config.rollout.model_copy(update={"cluster": cluster})})
     killed = threading.Event()
     killer = threading.Thread(target=kill_when_busy, args=(worker_name(run.name, 0), killed), daemon=True)
     killer.start()

@@ -26,8 +26,11 @@ def test_ray_workers_sample_on_a_server_the_trainer_loads_each_steps_weights_on(
     served = HFPolicy(tiny_model_path)
     with running(create_app(served, model_name="tiny", max_model_len=4096)) as url:
         run = config(tiny_model_path, tmp_path / "run", 2)
-        cluster = run.cluster.model_copy(update={"address": "local", "workers": 1, "worker_concurrency": 2})
-        update = {"sampler": f"tito:tiny@{url}", "sampler_reload": reload, "cluster": cluster}
+        cluster = run.rollout.cluster.model_copy(
+            update={"address": "local", "workers": 1, "worker_concurrency": 2}
+        )
+        rollout = run.rollout.model_copy(update={"cluster": cluster})
+        update = {"sampler": f"tito:tiny@{url}", "sampler_reload": reload, "rollout": rollout}
         metrics = train(run.model_copy(update=update))
     assert len(metrics) == 2 and all(m["infra_errors"] == 0 for m in metrics)
     trajectories = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").open()]

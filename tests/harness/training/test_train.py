@@ -24,15 +24,17 @@ def config(model: Path, out: Path, steps: int) -> TrainConfig:
     return TrainConfig.model_validate(
         {
             "model": str(model),
-            "suite": str(MINI),
-            "out": str(out),
             "steps": steps,
             "tasks_per_step": 1,
-            "group_size": 3,
-            "concurrency": 2,
-            "loop": {"max_turns": 3},
-            "sampling": {"max_new_tokens": 16, "temperature": 1.0},
-            "sandbox": {"backend": "bwrap"},
+            "rollout": {
+                "suite": str(MINI),
+                "out": str(out),
+                "group_size": 3,
+                "concurrency": 2,
+                "loop": {"max_turns": 3},
+                "sampling": {"max_new_tokens": 16, "temperature": 1.0},
+                "sandbox": {"backend": "bwrap"},
+            },
             # Rewards are all 0 for a random model; the entropy term makes the update non-zero anyway.
             "learner": {"lr": 1e-3, "entropy_coef": 0.01},
         }

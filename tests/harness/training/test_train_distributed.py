@@ -36,7 +36,7 @@ def small_config(model: Path, out: Path, steps: int = 2, parallel: str = "replic
 
 def torchrun(run: TrainConfig, tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     """`harness train` on 2 processes, as a user starts it (a free rendezvous port on loopback)."""
-    path = tmp_path / f"{run.out.name}.yaml"
+    path = tmp_path / f"{run.rollout.out.name}.yaml"
     path.write_text(run.model_dump_json())
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
@@ -97,7 +97,7 @@ def test_two_processes_under_torchrun_train_as_one(
     proc = torchrun(run, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("step 2/2: reward") == 1  # rank 0 alone reports the steps
-    assert_same_run(run.out, one_process)
+    assert_same_run(run.rollout.out, one_process)
 
 
 @pytest.mark.timeout(180)
@@ -112,7 +112,7 @@ def test_a_resumed_torchrun_run_equals_an_uninterrupted_one(
     proc = torchrun(rest, tmp_path, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step 1/2" not in proc.stderr and "step 2/2" in proc.stderr
-    assert_same_run(rest.out, one_process)
+    assert_same_run(rest.rollout.out, one_process)
 
 
 @pytest.mark.timeout(180)
@@ -126,9 +126,9 @@ def test_under_torchrun_a_server_samples_and_takes_the_gathered_weights(
         run = small_config(tiny_model_path, tmp_path / "run", parallel="fsdp")
         proc = torchrun(run.model_copy(update={"sampler": f"tito:tiny@{url}"}), tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert {t["policy_version"] for t in lines(run.out / "trajectories.jsonl")} == {0, 1}
-    assert served.version == 2 and [p.name for p in (run.out / "weights").iterdir()] == ["step-2"]
-    final = weights(run.out)
+    assert {t["policy_version"] for t in lines(run.rollout.out / "trajectories.jsonl")} == {0, 1}
+    assert served.version == 2 and [p.name for p in (run.rollout.out / "weights").iterdir()] == ["step-2"]
+    final = weights(run.rollout.out)
     assert all(torch.equal(final[k], v) for k, v in served.model.state_dict().items() if k in final)
 
 
@@ -163,8 +163,8 @@ def test_under_torchrun_rank_0_rolls_out_asynchronously_or_on_ray_workers(
         from harness.rollouts.cluster import start_local_ray
 
         address = start_local_ray(num_cpus=2)
-        cluster = run.cluster.model_copy(update={"address": address, "workers": 2})
-        run = run.model_copy(update={"cluster": cluster})
+        cluster = run.rollout.cluster.model_copy(update={"address": address, "workers": 2})
+        run = run.model_copy(update={"rollout": run.rollout.model_copy(update={"cluster": cluster})})
     try:
         proc = torchrun(run, tmp_path)
     finally:
@@ -172,15 +172,15 @@ def test_under_torchrun_rank_0_rolls_out_asynchronously_or_on_ray_workers(
             ray.shutdown()
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("step 2/2: reward") == 1
-    trajectories = lines(run.out / "trajectories.jsonl")
+    trajectories = lines(run.rollout.out / "trajectories.jsonl")
     assert len(trajectories) == 2 * 3 and len({t["id"] for t in trajectories}) == 6
-    metrics = lines(run.out / "metrics.jsonl")
+    metrics = lines(run.rollout.out / "metrics.jsonl")
     assert [m["step"] for m in metrics] == [0, 1]
     for t in trajectories:  # sampled at most max_staleness (async) or exactly 0 (sync) versions behind
         step = t["sample_index"] // 3
         assert step - (1 if how == "async" else 0) <= t["policy_version"] <= step
-    assert {x["step"] for x in lines(run.out / "learner.jsonl")} == {0, 1}  # both processes learned
-    assert [p.name for p in sorted((run.out / "checkpoints").iterdir())] == ["step-1", "step-2"]
+    assert {x["step"] for x in lines(run.rollout.out / "learner.jsonl")} == {0, 1}  # both processes learned
+    assert [p.name for p in sorted((run.rollout.out / "checkpoints").iterdir())] == ["step-1", "step-2"]
     if how == "ray":  # rank 0 drove 2 workers, which drew what one process draws in-process
         assert f"rollouts on 2 Ray workers, cluster {address}" in proc.stderr
-        assert generated(run.out) == generated(one_process)
+        assert generated(run.rollout.out) == generated(one_process)
