@@ -42,8 +42,6 @@ class LoopConfig(BaseModel):
     """The system message of every segment."""
     max_turns: int | None = Field(default=None, ge=1)
     """Overrides the task's turn limit when set."""
-    bash_enabled: bool = True
-    """Offer the bash tool (a task's tool list can still leave it out)."""
 
 
 class Stopped(Exception):

@@ -25,13 +25,12 @@ from rich.text import Text
 from envs.factory import resolve_backend
 from envs.grading import Grade, collect_patch, grade_patch
 from envs.sandbox import Sandbox
-from harness.agent.loop import LoopConfig
 from harness.agent.parsing import parse_tool_call
 from harness.agent.trajectory import Trajectory, Turn
 from harness.inspection.runs import RunSetup
 from harness.rollouts.episode import SandboxPool
 from tasks.model import Task
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 OUTCOME_WORDS = r"(?:passed|failed|errors?|skipped|xfailed|xpassed|deselected|warnings?|no tests ran)"
 VOLATILE: dict[str, tuple[re.Pattern[str], str]] = {
@@ -106,11 +105,6 @@ def normalise(text: str) -> tuple[str, list[str]]:
     return text, found
 
 
-def tools_config(task: Task, loop: LoopConfig) -> ToolsConfig:
-    """The tools an episode of `task` gets (as harness/rollouts/local.py builds them)."""
-    return ToolsConfig(test_command=task.test_command, allowed=task.tools, bash_enabled=loop.bash_enabled)
-
-
 def replay_turn(turn: Turn, toolbox: Toolbox, sandbox: Sandbox) -> tuple[str, bool]:
     """What the loop would have observed after this turn: the tool's result, or the parse error."""
     if turn.tool_call is None:
@@ -169,7 +163,7 @@ def reexecute(t: Trajectory, task: Task, setup: RunSetup, backend: str | None = 
     sandbox_config = setup.sandbox.model_copy(
         update={"backend": resolve_backend(backend or setup.sandbox.backend)}
     )
-    toolbox = Toolbox(tools_config(task, setup.loop))
+    toolbox = Toolbox.for_task(task, setup.tools)  # as the episode's
     pool = SandboxPool(sandbox_config)  # the sandbox starts as a rollout's does: limits, image, setup
     checks: list[TurnCheck] = []
     try:

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Status, Trajectory
+from harness.rollouts.config import tools_from_loop
 from harness.rollouts.store import (
     LEARNER_FILE,
     RunFileError,
@@ -30,6 +31,7 @@ from harness.rollouts.store import (
 )
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
+from tools import ToolsConfig
 
 
 class RunError(ValueError):
@@ -45,6 +47,8 @@ class RunSetup(BaseModel):
     loop: LoopConfig
     sandbox: SandboxConfig
     reward: RewardConfig
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    """The tools' settings (runs written before they had a section: the defaults, and `loop.bash_enabled`)."""
 
 
 class Selection(BaseModel):
@@ -172,7 +176,7 @@ def load_setup(root: Path, suite: str | None = None) -> RunSetup:
         raise RunError(f"{path}: not a run config")
     nested = data.get("rollout")  # a training run's rollout settings (since they moved into `rollout`)
     source = nested if isinstance(nested, dict) else data
-    parts = {name: source[name] for name in RunSetup.model_fields if name in source}
+    parts = tools_from_loop({name: source[name] for name in RunSetup.model_fields if name in source})
     if suite is not None:
         parts["suite"] = suite
     try:

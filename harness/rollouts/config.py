@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from policies.base import SamplingParams
 from summarizer import SummaryConfig
+from tools import ToolsConfig
 
 
 class ClusterConfig(BaseModel):
@@ -58,6 +60,14 @@ class RolloutConfig(BaseModel):
     """How a grade becomes a reward."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Rollouts on Ray actors; by default all in this process."""
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    """The tools' settings: bash offered or not, observation and search limits, command timeouts. Each
+    task sets its own `test_command` and `allowed` tools over these."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: Any) -> Any:
+        return tools_from_loop(data)
 
 
 class RolloutSummary(BaseModel):
@@ -77,3 +87,15 @@ class RolloutSummary(BaseModel):
     """Trajectories whose grade found suspect additions (`Grade.suspicion`)."""
     tampered: int = 0
     """Trajectories whose grade found tampering (forged outcomes, a passing canary)."""
+
+
+def tools_from_loop(data: Any) -> Any:
+    """Settings written when `bash_enabled` was a loop setting (`loop.bash_enabled`): moved to
+    `tools.bash_enabled`, so older run folders and files still read."""
+    loop = data.get("loop") if isinstance(data, dict) else None
+    if not isinstance(loop, dict) or "bash_enabled" not in loop:
+        return data
+    loop = dict(loop)
+    tools = dict(data.get("tools") or {})
+    tools.setdefault("bash_enabled", loop.pop("bash_enabled"))
+    return {**data, "loop": loop, "tools": tools}

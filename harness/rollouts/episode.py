@@ -21,7 +21,7 @@ from harness.agent.trajectory import Timings, Trajectory
 from harness.rollouts.config import RolloutConfig
 from policies.base import Policy
 from tasks.model import Task
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 Job = tuple[Task, int]
 """A task and the index of one of its samples."""
@@ -126,7 +126,7 @@ def run_one(
         timings=Timings(started_at=time.time()),
     )
     started = time.monotonic()
-    toolbox = Toolbox.for_task(task, ToolsConfig(bash_enabled=config.loop.bash_enabled))
+    toolbox = Toolbox.for_task(task, config.tools)
     try:
         sandbox = pool.acquire(task)
     except SandboxError as e:

@@ -14,12 +14,12 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig
+from harness.rollouts.config import RolloutConfig, tools_from_loop
 from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from harness.training.learner import Learner, LearnerConfig, Row
@@ -94,13 +94,20 @@ class SFTConfig(BaseModel):
     seed: int = 0
     """Seeds the demonstrations' episodes and the order the rows are shuffled into each epoch."""
     loop: LoopConfig = Field(default_factory=LoopConfig)
-    """How each demonstration runs; its `bash_enabled` also decides the tools the rows show."""
+    """How each demonstration runs."""
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    """The tools' settings, for the demonstrations and for the tools the rows show (`bash_enabled`)."""
     summary: SummaryConfig = Field(default_factory=SummaryConfig)
     """When demonstrations summarize themselves (the summaries are trained on)."""
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """How the demonstrations' sandboxes are made, for the episodes and for grading."""
     learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
     """The optimizer and its micro-batches (the GRPO settings do not apply); learning rate 1e-3 by default."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older(cls, data: Any) -> Any:
+        return tools_from_loop(data)
 
 
 def run_sft(
@@ -115,7 +122,7 @@ def run_sft(
         demos = RolloutConfig(
             suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}",
             out=config.out / "demonstrations" / Path(script).name, seed=config.seed, loop=config.loop,
-            summary=config.summary, sandbox=config.sandbox,
+            summary=config.summary, sandbox=config.sandbox, tools=config.tools,
         )  # fmt: skip
         rollout(demos)
         # The run file is in finishing order, which concurrency makes vary; the seed fixes the rest.
@@ -126,10 +133,7 @@ def run_sft(
 
     def tools_for(task_id: str) -> list[dict[str, Any]]:
         task = tasks[task_id]
-        allowed = ToolsConfig(
-            test_command=task.test_command, allowed=task.tools, bash_enabled=config.loop.bash_enabled
-        )
-        return Toolbox(allowed).schemas()
+        return Toolbox.for_task(task, config.tools).schemas()
 
     rows = sft_rows(trajectories, tools_for, fmt, config.solved_only)
     if not rows:

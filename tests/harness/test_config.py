@@ -101,3 +101,20 @@ def test_a_training_config_nests_the_rollout_settings_and_reads_the_older_flat_f
         (run / "config.yaml").write_text(yaml.safe_dump(data))
         assert load_setup(run).suite == "demo"
         assert TrainConfig.model_validate(data) == config
+
+
+def test_the_tools_settings_are_part_of_a_run_and_older_bash_enabled_still_reads(tmp_path: Path) -> None:
+    """`tools` is a section of the rollout settings (its limits set from a file or `key=value`); a config
+    written when `bash_enabled` was a loop setting reads into `tools.bash_enabled`."""
+    from harness.inspection.runs import load_setup
+
+    config = load_config(
+        RolloutConfig, None, ["tools.max_observation_chars=5000", "tools.bash_enabled=false"]
+    )
+    assert (config.tools.max_observation_chars, config.tools.bash_enabled) == (5000, False)
+    older = RolloutConfig().model_dump(mode="json")
+    older["loop"]["bash_enabled"] = False
+    del older["tools"]
+    assert RolloutConfig.model_validate(older).tools.bash_enabled is False
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(older))
+    assert load_setup(tmp_path).tools.bash_enabled is False

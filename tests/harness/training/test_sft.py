@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.sandbox import SandboxConfig
-from harness.agent.loop import LoopConfig
 from harness.rollouts.store import RunStore
 from harness.training.learner import LearnerConfig
 from harness.training.sft import SFTConfig, run_sft, segment_row
@@ -14,7 +13,7 @@ from policies.hf import HFPolicy
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
 from tests.conftest import require_backend
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 MINI = Path(__file__).parents[2] / "data" / "suites" / "mini"
 
@@ -36,11 +35,7 @@ def test_sft_rows_render_the_conversation_exactly_and_training_lowers_the_loss(
     policy = HFPolicy(tiny_model_path)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
     task = load_suite(str(MINI))[0]
-    tools = Toolbox(
-        ToolsConfig(
-            test_command=task.test_command, allowed=task.tools, bash_enabled=LoopConfig().bash_enabled
-        )
-    ).schemas()
+    tools = Toolbox.for_task(task).schemas()
     trajectories = list(RunStore(tmp_path / "sft" / "demonstrations" / "gold").trajectories())
     segments = [segment for t in trajectories for segment in t.segments]
     assert len(segments) > 1  # the budget made the demonstrations summarize, and summaries are rows too
