@@ -43,7 +43,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.lifecycle import close_later
-from envs.remote import ExecutorSandbox
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
 from envs.run_plan import RunPlan, plan_run, verdict
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
@@ -183,7 +182,7 @@ def grade_patch(
 
 def _judge_while_starting(
     task: Task, base: Path, patch: str, config: SandboxConfig
-) -> tuple[Judged | str, ExecutorSandbox | SandboxError]:
+) -> tuple[Judged | str, Sandbox | SandboxError]:
     """`judge_patch` here while the grading sandbox starts in a thread (mostly the daemon's or the
     kernel's work: a third of the start on Docker overlaps the judging). The sandbox is closed again when
     the patch does not apply, or when judging fails."""
@@ -200,15 +199,15 @@ def _judge_while_starting(
     return judged, sandbox
 
 
-def _started(task: Task, config: SandboxConfig) -> ExecutorSandbox | SandboxError:
+def _started(task: Task, config: SandboxConfig) -> Sandbox | SandboxError:
     try:
         return start_task_sandbox(task, config)
     except SandboxError as e:
         return e
 
 
-def _close(sandbox: ExecutorSandbox | SandboxError) -> None:
-    if isinstance(sandbox, ExecutorSandbox):
+def _close(sandbox: Sandbox | SandboxError) -> None:
+    if not isinstance(sandbox, SandboxError):
         sandbox.close()
 
 
@@ -222,7 +221,7 @@ def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
         )
 
 
-def _write_kept(sandbox: ExecutorSandbox, judged: Judged) -> None:
+def _write_kept(sandbox: Sandbox, judged: Judged) -> None:
     """The kept changes, file by file, into the sandbox's pristine copy (deletions first in path order)."""
     for path, content in judged.kept.items():
         if content is None:
@@ -234,7 +233,7 @@ def _write_kept(sandbox: ExecutorSandbox, judged: Judged) -> None:
 
 
 def _grade_in(
-    sandbox: ExecutorSandbox,
+    sandbox: Sandbox,
     task: Task,
     judged: Judged,
     empty: Grade,
@@ -253,7 +252,7 @@ def _grade_in(
         for path, content in plan.files.items():
             sandbox.write_file(path, content.encode())
         if verifier is not None:
-            tests = HiddenRun(*_run_verifier(sandbox, verifier, timeout))
+            tests = _run_verifier(sandbox, verifier, timeout)
         else:
             tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
         judged_simplicity, suspect = static.result()
@@ -286,8 +285,6 @@ def _static_terms(task: Task, judged: Judged, reward_config: RewardConfig) -> tu
 
 MESSAGE = 300
 """Characters kept of a collection error's message."""
-Verdict = tuple[dict[str, Outcome], dict[str, Outcome], float, bool]
-"""FAIL_TO_PASS and PASS_TO_PASS outcomes, the score in [0, 1], and whether the run timed out."""
 
 
 @dataclass
@@ -305,7 +302,7 @@ class HiddenRun:
 
 
 def _run_tests(
-    sandbox: ExecutorSandbox, task: Task, plan: RunPlan, grader_dir: str, timeout: float, trusted: bool
+    sandbox: Sandbox, task: Task, plan: RunPlan, grader_dir: str, timeout: float, trusted: bool
 ) -> HiddenRun:
     """Runs the hidden pytest ids and the canaries. Besides the outcomes: the tampering found (the
     runner's findings and, when `trusted`, canaries that passed where the test they were made from passed
@@ -322,7 +319,8 @@ def _run_tests(
     )  # fmt: skip
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
-    outcomes, tampering, not_collected = _read_report(sandbox, report, run.output)
+    read = _read_report(sandbox, report, run.output)
+    outcomes, tampering, not_collected = read.outcomes, read.tampering, read.collect_errors
     canaries = {c.label: verdict(plan.watched[run_id][0], outcomes) for run_id, c in plan.canaries.items()}
     if trusted:  # a test and its canary both passed: one expectation and its opposite both held
         tampering += [
@@ -346,29 +344,39 @@ def _task_paths(errors: dict[str, str], plan: RunPlan) -> dict[str, str]:
     return {names.get(k.split("::", 1)[0], k): str(v)[:MESSAGE] for k, v in list(errors.items())[:20]}
 
 
-def _read_report(
-    sandbox: ExecutorSandbox, report: str, output: str
-) -> tuple[dict[str, str], list[str], dict[str, str]]:
+@dataclass
+class Report:
+    """What the runner's report file says, once its digest matched."""
+
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Each run id (renamed files, canaries) -> passed, failed, error or skipped."""
+    tampering: list[str] = field(default_factory=list)
+    collect_errors: dict[str, str] = field(default_factory=dict)
+
+
+def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
     """The runner's outcomes, findings and collection errors. No report (the run crashed or timed out):
     nothing passed. A report that is not the one whose digest the runner printed last was written by
     someone else."""
     try:
         raw = sandbox.read_file(report)
     except SandboxError:
-        return {}, [], {}
+        return Report()
     last = output.rstrip("\n").rsplit("\n", 1)[-1]
     if last != f"{DONE} {hashlib.sha256(raw).hexdigest()}":
-        return {}, ["the report is not the one the grader's runner wrote (its digest does not match)"], {}
+        return Report(
+            tampering=["the report is not the one the grader's runner wrote (its digest does not match)"]
+        )
     try:
         parsed = json.loads(raw)
         errors = parsed.get("collect_errors", {})
         errors = {str(k): str(v) for k, v in errors.items()} if isinstance(errors, dict) else {}
-        return dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]], errors
+        return Report(dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]], errors)
     except (ValueError, KeyError, TypeError, AttributeError):
-        return {}, ["the report is not valid JSON"], {}
+        return Report(tampering=["the report is not valid JSON"])
 
 
-def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) -> Verdict:
+def _run_verifier(sandbox: Sandbox, verifier: Verifier, timeout: float) -> HiddenRun:
     """Runs the verifier script; its one outcome is keyed by its command, its score is its reward."""
     for path, content in verifier.files.items():
         sandbox.write_file(path, content.encode())
@@ -387,10 +395,10 @@ def _run_verifier(sandbox: ExecutorSandbox, verifier: Verifier, timeout: float) 
         outcome = "passed" if score == 1.0 else "failed"
     else:
         outcome, score = _read_reward(sandbox, verifier.reward_dir)
-    return {verifier.command: outcome}, {}, score, run.timed_out
+    return HiddenRun({verifier.command: outcome}, {}, score, run.timed_out)
 
 
-def _read_reward(sandbox: ExecutorSandbox, reward_dir: str) -> tuple[Outcome, float]:
+def _read_reward(sandbox: Sandbox, reward_dir: str) -> tuple[Outcome, float]:
     """Harbor's reward files: reward.json ({"reward": x}) wins over reward.txt (x); x is clamped to [0, 1]."""
     try:
         raw = sandbox.read_file(f"{reward_dir}/reward.json")

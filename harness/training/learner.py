@@ -134,8 +134,25 @@ def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
     return batches
 
 
-def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> dict[str, Tensor]:
-    """Right-padded tensors; everything after `input_ids` is aligned to the predicted tokens ids[1:]."""
+@dataclass(frozen=True)
+class MicroBatch:
+    """Rows as right-padded tensors; everything after `attention_mask` is aligned to the predicted tokens
+    ids[1:]."""
+
+    input_ids: Tensor
+    """(B, T) token ids, `pad_id` after each row's end."""
+    attention_mask: Tensor
+    """(B, T) 1 on a row's tokens, 0 on padding."""
+    mask: Tensor
+    """(B, T-1) 1 where the token is the model's own (trained), 0 elsewhere."""
+    sampler: Tensor
+    """(B, T-1) the sampler's log-prob of each token."""
+    advantage: Tensor
+    """(B, T-1) the row's advantage on its trained tokens, 0 elsewhere."""
+
+
+def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> MicroBatch:
+    """The rows as one right-padded micro-batch on `device`."""
     width = max(len(r.ids) for r in rows)
     ids = torch.full((len(rows), width), pad_id, dtype=torch.long)  # (B, T)
     attention = torch.zeros((len(rows), width), dtype=torch.long)  # (B, T)
@@ -149,14 +166,7 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> dict[str,
         mask[b, : n - 1] = torch.tensor(r.mask[1:], dtype=torch.float32)
         sampler[b, : n - 1] = torch.tensor(r.sampler_logprobs[1:], dtype=torch.float32)
         advantage[b, : n - 1] = r.advantage * mask[b, : n - 1]
-    out = {
-        "input_ids": ids,
-        "attention_mask": attention,
-        "mask": mask,
-        "sampler": sampler,
-        "advantage": advantage,
-    }
-    return {k: v.to(device) for k, v in out.items()}
+    return MicroBatch(*(t.to(device) for t in (ids, attention, mask, sampler, advantage)))
 
 
 def token_logprobs(
@@ -298,29 +308,29 @@ class Learner:
             batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
             with self._autocast():
                 logprobs, logits = self.forward(
-                    batch["input_ids"], batch["attention_mask"], self.temperature, batch["mask"]
+                    batch.input_ids, batch.attention_mask, self.temperature, batch.mask
                 )  # (B, T-1), (N, V)
             for b, i in enumerate(batch_rows):
                 source = mine[i].source if i >= 0 else None
                 if source is not None:
-                    where = batch["mask"][b].bool()  # (T-1,)
+                    where = batch.mask[b].bool()  # (T-1,)
                     self.learner_logprobs[source] = logprobs[b][where].tolist()
             reference = None
             if self.reference is not None and self.config.kl_coef > 0:
                 with torch.no_grad(), self._autocast():
                     reference, _ = token_logprobs(
                         self.reference,
-                        batch["input_ids"],
-                        batch["attention_mask"],
+                        batch.input_ids,
+                        batch.attention_mask,
                         self.temperature,
-                        batch["mask"],
+                        batch.mask,
                     )  # (B, T-1)
             loss, metrics = grpo_loss(
                 logprobs,
                 logprobs.detach(),  # one update per batch: the ratio is 1 and the clip is inactive
-                batch["advantage"],
-                batch["mask"],
-                sampler_logprobs=batch["sampler"],
+                batch.advantage,
+                batch.mask,
+                sampler_logprobs=batch.sampler,
                 is_mode=self.config.importance,
                 is_cap=self.config.importance_cap,
                 clip_low=self.config.clip_low,
@@ -338,7 +348,7 @@ class Learner:
                 entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # (N,)
                 loss = loss - self.config.entropy_coef * entropy.sum() / max(1.0, norm_tokens)
             loss.backward()
-            tokens = float(batch["mask"].sum().item())
+            tokens = float(batch.mask.sum().item())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.item())
             sums["tokens"] = sums.get("tokens", 0.0) + tokens
             for name, value in metrics.items():
@@ -363,8 +373,8 @@ class Learner:
         for batch_rows in self._micro_batches(mine):
             batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
             with self._autocast():
-                logprobs, _ = self.forward(batch["input_ids"], batch["attention_mask"], 1.0, batch["mask"])
-            loss = -(logprobs * batch["mask"]).sum() / norm_tokens  # ()
+                logprobs, _ = self.forward(batch.input_ids, batch.attention_mask, 1.0, batch.mask)
+            loss = -(logprobs * batch.mask).sum() / norm_tokens  # ()
             loss.backward()
             total_loss += float(loss.item())
         return {"loss": self._total(total_loss)}

@@ -203,7 +203,7 @@ def test_learner_logprobs_are_the_samplers_where_the_mask_is_one(tiny_policy: HF
     batch = collate([row], 0, torch.device("cpu"))
     with torch.no_grad():
         logprobs, logits = token_logprobs(
-            tiny_policy.model, batch["input_ids"], batch["attention_mask"], 0.7, batch["mask"]
+            tiny_policy.model, batch.input_ids, batch.attention_mask, 0.7, batch.mask
         )
     assert logits.shape[0] == len(generation.ids)  # the LM head ran on the model's tokens only
     got = logprobs[0, len(prompt) - 1 :].tolist()
