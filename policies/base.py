@@ -7,7 +7,7 @@ their trajectories are for evaluation and inspection only.
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -105,8 +105,17 @@ class ChatPolicy(Protocol):
     spec: str
 
     def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply: ...
+
+
+@runtime_checkable
+class Scripted(Protocol):
+    """A chat policy that plays a script made from the task itself (its gold patch): the one kind of policy
+    shown the whole task, and only when an episode binds it (`for_task`). Every other policy sees what the
+    agent sees: the prompt, its messages and the tools."""
+
+    def for_task(self, task: Task) -> ChatPolicy: ...
 
 
 Policy = TokenPolicy | ChatPolicy

@@ -9,7 +9,6 @@ import os
 from typing import Any, Literal
 
 from policies.base import ChatReply, SamplingParams, ToolCall
-from tasks.model import Task
 
 
 class LiteLLMChatPolicy:
@@ -34,7 +33,7 @@ class LiteLLMChatPolicy:
         self._litellm = litellm
 
     def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if params.seed is not None:

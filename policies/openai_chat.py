@@ -9,7 +9,6 @@ from openai import OpenAI
 from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from policies.base import ChatReply, SamplingParams, ToolCall
-from tasks.model import Task
 
 
 class OpenAIChatPolicy:
@@ -36,7 +35,7 @@ class OpenAIChatPolicy:
         )
 
     def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if params.seed is not None:

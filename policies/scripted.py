@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
-from policies.base import ChatReply, SamplingParams, ToolCall
+from policies.base import ChatPolicy, ChatReply, SamplingParams, ToolCall
 from policies.hacker import HACKERS, hacker_calls
 from policies.spec import PolicySpecError
 from tasks.model import Task
@@ -110,10 +110,9 @@ class ScriptedPolicy:
                     call.arguments["new_str"] = f"{indent}pass\n"
         return calls
 
-    def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
-    ) -> ChatReply:
-        return self.reply(task, steps_done(messages), summarizing=not tools)
+    def for_task(self, task: Task) -> ChatPolicy:
+        """This script for `task`: what an episode of it asks."""
+        return BoundScript(self, task)
 
     def reply(self, task: Task, done: int, summarizing: bool) -> ChatReply:
         """The message after `done` steps of the script: the next call, or a self-summary that records
@@ -126,6 +125,20 @@ class ScriptedPolicy:
             content=f"Step {done + 1}: {call.name}.",
             tool_calls=[ToolCall(name=call.name, arguments=call.arguments, id=f"call_{done}")],
         )
+
+
+class BoundScript:
+    """A scripted policy bound to one task (`ScriptedPolicy.for_task`); matches `ChatPolicy`."""
+
+    kind: Literal["chat"] = "chat"
+
+    def __init__(self, script: ScriptedPolicy, task: Task) -> None:
+        self.script, self.task, self.spec = script, task, script.spec
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
+    ) -> ChatReply:
+        return self.script.reply(self.task, steps_done(messages), summarizing=not tools)
 
 
 def steps_done(messages: list[dict[str, Any]]) -> int:

@@ -14,7 +14,6 @@ from harness.agent.trajectory import ParsedCall, Segment, Summary, Turn
 from policies.base import ChatPolicy, SamplingParams, TokenPolicy
 from policies.chat_format import ChatFormat
 from summarizer import SummaryConfig, request_message, resume_messages
-from tasks.model import Task
 
 CHARS_PER_TOKEN = 4
 """Estimate for chat policies whose server reports no usage (scripted ones)."""
@@ -142,7 +141,6 @@ class ChatConversation:
     def __init__(
         self,
         policy: ChatPolicy,
-        task: Task,
         system: str,
         task_prompt: str,
         tools: list[dict[str, Any]],
@@ -150,7 +148,7 @@ class ChatConversation:
         summary: SummaryConfig,
         seed: int,
     ) -> None:
-        self.policy, self.task = policy, task
+        self.policy = policy
         self.system, self.task_prompt, self.tools = system, task_prompt, tools
         self.params = params.model_copy(update={"seed": seed})
         self.summary_config = summary
@@ -181,9 +179,7 @@ class ChatConversation:
             update={"max_new_tokens": max_new_tokens or self.params.max_new_tokens}
         )
         started = time.monotonic()
-        reply = self.policy.respond(
-            self.segment.messages, self.tools if kind == "action" else [], self.task, params
-        )
+        reply = self.policy.respond(self.segment.messages, self.tools if kind == "action" else [], params)
         took = time.monotonic() - started
         self._reported = reply.prompt_tokens + reply.completion_tokens
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}

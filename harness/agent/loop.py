@@ -21,7 +21,7 @@ from envs.sandbox import Sandbox
 from harness.agent.conversation import ChatConversation, TokenConversation
 from harness.agent.parsing import checked, parse_tool_call
 from harness.agent.trajectory import Metrics, ParsedCall, Segment, Status, Summary, Turn
-from policies.base import Policy, SamplingParams
+from policies.base import Policy, SamplingParams, Scripted
 from summarizer import SummaryConfig, should_summarize
 from tasks.model import Limits, Task
 from tools import Toolbox
@@ -128,7 +128,10 @@ def run_episode(
     if policy.kind == "token":
         conv = TokenConversation(policy, config.system_prompt, prompt, tools, sampling, summary, seed)
     else:
-        conv = ChatConversation(policy, task, config.system_prompt, prompt, tools, sampling, summary, seed)
+        chat = (
+            policy.for_task(task) if isinstance(policy, Scripted) else policy
+        )  # only a script sees the task
+        conv = ChatConversation(chat, config.system_prompt, prompt, tools, sampling, summary, seed)
     max_turns = config.max_turns or task.limits.max_turns
     metrics = Metrics()
     started = time.monotonic()

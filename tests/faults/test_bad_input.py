@@ -27,7 +27,6 @@ from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore, SegmentAdvantage, torn_tail
 from policies.base import ChatReply, SamplingParams, ToolCall
-from tasks.model import Task
 from tasks.patches import git
 from tests.conftest import require_backend
 from tests.tasks.test_harbor import harbor_task
@@ -517,7 +516,7 @@ class Garbler:
         self.step = 0
 
     def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply:
         if not tools:
             return ChatReply(content=f"summary \ud800 after {self.step} steps \u202e")

@@ -24,7 +24,7 @@ from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from harness.training.grpo import group_advantages
 from harness.training.learner import LearnerConfig, rows_from_trajectories
-from policies.base import ChatReply, SamplingParams
+from policies.base import ChatPolicy, ChatReply, SamplingParams
 from policies.hacker import HACKERS, package_dir
 from policies.scripted import ScriptedPolicy
 from tasks.model import Task
@@ -192,13 +192,27 @@ class FlakyMix:
         self.failing = failing
         self.gold, self.decoy = ScriptedPolicy("gold-min"), ScriptedPolicy("decoy")
 
+    def for_task(self, task: Task) -> ChatPolicy:
+        """Plays the task's gold fix or its decoy (both scripts are made from the task)."""
+        return FlakyEpisode(self, task)
+
+
+class FlakyEpisode:
+    """`FlakyMix` in one episode of `task`."""
+
+    kind: Literal["chat"] = "chat"
+    spec = "test:flaky-mix"
+
+    def __init__(self, mix: FlakyMix, task: Task) -> None:
+        self.mix, self.task = mix, task
+
     def respond(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], task: Task, params: SamplingParams
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply:
-        if params.seed in self.failing:
+        if params.seed in self.mix.failing:
             raise ConnectionError("the sampler's server went away (injected)")
-        policy = self.gold if (params.seed or 0) % 2 == 0 else self.decoy
-        return policy.respond(messages, tools, task, params)
+        script = self.mix.gold if (params.seed or 0) % 2 == 0 else self.mix.decoy
+        return script.for_task(self.task).respond(messages, tools, params)
 
 
 def test_a_real_batch_with_one_rollout_in_ten_failing(tmp_path: Path) -> None:

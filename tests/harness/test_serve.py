@@ -21,7 +21,6 @@ from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy, sequence_logprobs
 from policies.openai_chat import OpenAIChatPolicy
 from policies.tiny import build_tiny_model
-from tasks.model import HiddenTests, Task
 
 MODEL = "tiny"
 CONTEXT = 4096
@@ -43,10 +42,6 @@ TOOLS = [
         },
     }
 ]
-
-TASK = Task(
-    id="t", title="t", repo=Path("."), problem_statement="p", hidden_tests=HiddenTests(fail_to_pass=["t::t"])
-)
 
 
 @pytest.fixture(scope="module")
@@ -285,9 +280,7 @@ def test_chat_returns_tool_calls_from_the_generated_text(local: HFPolicy) -> Non
         assert len({c["id"] for c in choice["message"]["tool_calls"]}) == 2
 
         # The official SDK reads them as native tool calls.
-        reply = OpenAIChatPolicy(MODEL, base_url).respond(
-            MESSAGES, TOOLS, TASK, SamplingParams(max_new_tokens=8)
-        )
+        reply = OpenAIChatPolicy(MODEL, base_url).respond(MESSAGES, TOOLS, SamplingParams(max_new_tokens=8))
         assert [(c.name, json.loads(str(c.arguments))) for c in reply.tool_calls] == [
             ("read_file", {"path": "src/app.py"}),
             ("bash", {"command": "ls -1"}),

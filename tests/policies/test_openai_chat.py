@@ -13,7 +13,6 @@ from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from policies.openai_chat import OpenAIChatPolicy
 from policies.spec import make_policy
-from tasks.model import HiddenTests, Task
 
 MODEL = "tiny"
 MESSAGES = [
@@ -29,9 +28,6 @@ TOOLS = [
         },
     }
 ]
-TASK = Task(
-    id="t", title="t", repo=Path("."), problem_statement="p", hidden_tests=HiddenTests(fail_to_pass=["t::t"])
-)
 
 
 @pytest.fixture(scope="module")
@@ -44,25 +40,23 @@ def test_reply_carries_the_text_and_the_usage(url: str, tiny_policy: HFPolicy) -
     policy = make_policy(f"openai:{MODEL}@{url}")
     assert isinstance(policy, OpenAIChatPolicy) and policy.kind == "chat"
     params = SamplingParams(max_new_tokens=12, seed=5)
-    reply = policy.respond(MESSAGES, TOOLS, TASK, params)
+    reply = policy.respond(MESSAGES, TOOLS, params)
 
     prompt = ChatFormat(tiny_policy.tokenizer, tiny_policy.stop_ids()).prompt_ids(MESSAGES, TOOLS)
     expected = tiny_policy.generate(prompt, params)
     assert reply.prompt_tokens == len(prompt)
     assert reply.completion_tokens == len(expected.ids)
     assert reply.content == tiny_policy.tokenizer.decode(expected.ids, skip_special_tokens=True).strip()
-    assert policy.respond(MESSAGES, TOOLS, TASK, params) == reply
+    assert policy.respond(MESSAGES, TOOLS, params) == reply
 
 
 def test_litellm_policy_speaks_to_the_same_server(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_BASE", url)
     monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
-    openai = OpenAIChatPolicy(MODEL, url).respond(
-        MESSAGES, [], TASK, SamplingParams(max_new_tokens=6, seed=3)
-    )
+    openai = OpenAIChatPolicy(MODEL, url).respond(MESSAGES, [], SamplingParams(max_new_tokens=6, seed=3))
     policy = make_policy(f"litellm:openai/{MODEL}")
     assert policy.kind == "chat"
-    reply = policy.respond(MESSAGES, [], TASK, SamplingParams(max_new_tokens=6, seed=3))
+    reply = policy.respond(MESSAGES, [], SamplingParams(max_new_tokens=6, seed=3))
     assert reply == openai
 
 

@@ -8,10 +8,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any, Literal
 
 import yaml
 
+from envs.sandbox import SandboxConfig
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
+from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.suite import load_suite
 from tests.conftest import builtin_sample
 from tests.harness.test_cli import HARNESS, harness
@@ -142,3 +147,40 @@ def test_a_1000_turn_episode_with_summaries_stays_small(tmp_path: Path) -> None:
     assert peak_kib < 300 * 1024, f"harness peak RSS {peak_kib / 1024:.0f} MiB"
     line_bytes = len(trajectory.model_dump_json()) + 1
     assert (out / "trajectories.jsonl").stat().st_size <= 2 * line_bytes
+
+
+class Recorder:
+    """A chat policy that writes down everything it is given, then plays a script that knows nothing of
+    the task: read the README, submit."""
+
+    kind: Literal["chat"] = "chat"
+    spec = "test:recorder"
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def respond(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
+    ) -> ChatReply:
+        self.seen.append(repr((messages, tools, params)))
+        done = sum(1 for m in messages if m["role"] == "assistant")
+        call = (
+            ToolCall(name="list_dir", arguments={"path": "."})
+            if done == 0
+            else ToolCall(name="submit", arguments={})
+        )
+        return ChatReply(content="", tool_calls=[call])
+
+
+def test_a_chat_policy_never_sees_the_hidden_tests_or_the_gold_patch(tmp_path: Path) -> None:
+    """Only a scripted policy is shown the task itself (`Scripted.for_task`); any other chat policy gets
+    the prompt, its messages, the tools and the sampling settings."""
+    task = load_suite("builtin")[0]
+    recorder = Recorder()
+    config = RolloutConfig(tasks=[task.id], out=tmp_path / "run", sandbox=SandboxConfig(backend="bwrap"))
+    rollout(config, policy=recorder)
+    assert [t.status for t in RunStore(config.out).trajectories()] == ["ok"]
+    seen = "\n".join(recorder.seen)
+    assert task.problem_statement.strip()[:40] in seen
+    secrets = [*task.hidden_tests.files.values(), *task.hidden_tests.fail_to_pass, task.gold_patch or ""]
+    assert all(secret and secret not in seen for secret in secrets)
