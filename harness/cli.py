@@ -185,6 +185,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_rollout_command(sub)
     add_serve_and_view_commands(sub)
     add_training_commands(sub)
+    add_model_command(sub)
     add_run_commands(sub)
     add_demo_command(sub)
     return parser
@@ -298,6 +299,39 @@ def add_training_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
         add_print_config(p)
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
+
+
+def add_model_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    model = sub.add_parser("model", help="make a model folder to serve, roll out or train")
+    model_sub = model.add_subparsers(dest="model_command", required=True)
+    p = model_sub.add_parser(
+        "tiny",
+        help="a tiny Qwen2-shaped model from random weights and a tokenizer trained here (no download): "
+        "for trying serve, tito:, rollouts and training on a CPU",
+    )
+    p.add_argument("--out", type=Path, required=True, help="the model folder to write")
+    p.add_argument(
+        "--seed", type=int, default=0, help="the weights' seed; the same seed gives the same files"
+    )
+    p.add_argument("--hidden-size", type=int, default=64, help="width of the model (default: 64)")
+    p.add_argument("--layers", type=int, default=2, help="transformer layers (default: 2)")
+    p.set_defaults(func=cmd_model_tiny)
+
+
+def cmd_model_tiny(args: argparse.Namespace) -> int:
+    from policies.tiny import build_tiny_model
+
+    if args.out.exists() and any(args.out.iterdir()):
+        raise ConfigError(f"--out {args.out}: not empty; a model is written only into a new or empty folder")
+    try:
+        path = build_tiny_model(args.out, seed=args.seed, hidden_size=args.hidden_size, layers=args.layers)
+    except ValueError as e:
+        raise ConfigError(f"harness model tiny: {e}") from e
+    print(f"{path}: a tiny model (random weights, {args.layers} layers, width {args.hidden_size}). Try:")
+    print(f"  harness serve --model {path} --port 8000")
+    print(f"  harness rollout --policy hf:{path} --suite demo --out runs/tiny-rollout")
+    print(f"  harness train --config examples/train.yaml model={path}")
+    return 0
 
 
 def add_demo_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

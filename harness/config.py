@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -71,5 +72,22 @@ def load_config(
         return model.model_validate(data)
     except ValidationError as e:
         where = f"config {path}" if path else "config"
-        problems = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+        problems = "; ".join(
+            f"{'.'.join(map(str, err['loc']))}: {err['msg']}{_suggestion(model, err)}" for err in e.errors()
+        )
         raise ConfigError(f"{where}: {problems}") from e
+
+
+def _suggestion(model: type[BaseModel], error: Any) -> str:
+    """For a key the settings do not have: the closest one they do, as ` (did you mean KEY?)`."""
+    if error["type"] != "extra_forbidden":
+        return ""
+    *path, key = [str(part) for part in error["loc"]]
+    owner: Any = model
+    for part in path:
+        field = owner.model_fields.get(part)
+        owner = field.annotation if field is not None else None
+        if not (isinstance(owner, type) and issubclass(owner, BaseModel)):
+            return ""
+    close = difflib.get_close_matches(key, list(owner.model_fields), n=1, cutoff=0.6)
+    return f" (did you mean {'.'.join([*path, close[0]])}?)" if close else ""

@@ -1,4 +1,5 @@
-"""A chat policy through litellm, which speaks to most hosted model APIs (`litellm:anthropic/...`).
+"""A chat policy through litellm, which speaks to most hosted model APIs (`litellm:anthropic/...`), or to
+a server of one's own (`litellm:openai/MODEL@http://HOST:PORT/v1`: litellm's `api_base`).
 
 litellm is an optional dependency: `pip install coding-harness[litellm]`.
 """
@@ -17,17 +18,22 @@ class LiteLLMChatPolicy:
 
     kind: Literal["chat"] = "chat"
 
-    def __init__(self, model: str, timeout_s: float = 600.0, max_retries: int = 3) -> None:
+    def __init__(
+        self, model: str, api_base: str | None = None, timeout_s: float = 600.0, max_retries: int = 3
+    ) -> None:
         # Without this, importing litellm downloads its model price list; a sandboxed run has no network.
         os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
             import litellm
-        except ImportError as e:
+        except ImportError as e:  # litellm's own message first: it names what it lacks (tenacity, ...)
             raise ImportError(
-                "the litellm policy needs litellm: pip install 'coding-harness[litellm]'"
+                f"the litellm policy could not import litellm ({e}); install it with "
+                "pip install 'coding-harness[litellm]'"
             ) from e
-        self.spec = f"litellm:{model}"
+        litellm.suppress_debug_info = True  # no provider list printed with every error
+        self.spec = f"litellm:{model}" + (f"@{api_base}" if api_base else "")
         self.model = model
+        self.api_base = api_base
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self._litellm = litellm
@@ -38,6 +44,8 @@ class LiteLLMChatPolicy:
         extra: dict[str, Any] = {"tools": tools} if tools else {}
         if params.seed is not None:
             extra["seed"] = params.seed
+        if self.api_base is not None:
+            extra["api_base"] = self.api_base
         response = self._litellm.completion(
             model=self.model,
             messages=messages,

@@ -1,5 +1,5 @@
 """Policies by spec string, e.g. `hf:PATH`, `tito:MODEL@URL`, `openai:MODEL@URL`, `litellm:MODEL`,
-`scripted:gold`, `scripted:FILE`. A plain table of dotted paths; the backend module loads on use."""
+`litellm:MODEL@URL`, `scripted:gold`, `scripted:FILE`. A plain table of dotted paths; the backend module loads on use."""
 
 from __future__ import annotations
 
@@ -27,13 +27,17 @@ def parse_spec(spec: str) -> tuple[str, list[Any]]:
     if not sep or backend not in BACKENDS or not rest:
         raise PolicySpecError(
             f"policy {spec!r}: expected BACKEND:ARGS with BACKEND one of {', '.join(BACKENDS)} "
-            "(hf:PATH, tito:MODEL@URL, openai:MODEL@URL, litellm:MODEL, scripted:gold, scripted:FILE)"
+            "(hf:PATH, tito:MODEL@URL, openai:MODEL@URL, litellm:MODEL[@URL], scripted:gold, scripted:FILE)"
         )
     if backend in ("tito", "openai"):
         model, at, url = rest.rpartition("@")
         if not at or not model or not url:
             raise PolicySpecError(f"policy {spec!r}: expected {backend}:MODEL@URL")
         return backend, [model, url]
+    if backend == "litellm":  # a server of one's own: litellm:openai/MODEL@http://HOST:PORT/v1
+        model, at, url = rest.rpartition("@")
+        if at and model and url.startswith(("http://", "https://")):
+            return backend, [model, url]
     return backend, [rest]
 
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from policies.base import SamplingParams
+from policies.spec import parse_spec
 from summarizer import SummaryConfig
 from tools import ToolsConfig
 
@@ -69,6 +70,12 @@ class RolloutConfig(BaseModel):
     def _older(cls, data: Any) -> Any:
         return tools_from_loop(data)
 
+    @field_validator("policy")
+    @classmethod
+    def _known_policy(cls, value: str) -> str:
+        parse_spec(value)  # a bad spec fails here, before a run folder is made
+        return value
+
 
 class RolloutSummary(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -99,3 +106,19 @@ def tools_from_loop(data: Any) -> Any:
     tools = dict(data.get("tools") or {})
     tools.setdefault("bash_enabled", loop.pop("bash_enabled"))
     return {**data, "loop": loop, "tools": tools}
+
+
+PRODUCERS = ("suite", "policy", "seed", "loop", "sampling", "summary", "reward", "tools")
+"""The settings that make a rollout run's trajectories what they are: a run folder that holds trajectories
+is continued only with the same ones. The tasks, G, C, the sandbox backend and the Ray workers may change."""
+
+
+def changed_producers(before: RolloutConfig, now: RolloutConfig) -> list[str]:
+    """`key: before -> now` for each of the PRODUCERS that differs."""
+    changed = []
+    for key in PRODUCERS:
+        old, new = getattr(before, key), getattr(now, key)
+        if old != new:
+            shown = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in (old, new)]
+            changed.append(f"{key}: {shown[0]} -> {shown[1]}")
+    return changed

@@ -15,12 +15,15 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 
+import yaml
+from pydantic import ValidationError
+
 from envs.lifecycle import closing
 from harness.agent.loop import Stopped
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig, RolloutSummary
+from harness.rollouts.config import RolloutConfig, RolloutSummary, changed_producers
 from harness.rollouts.episode import Job, Rollouts, SandboxPool, run_one
-from harness.rollouts.store import RunStore
+from harness.rollouts.store import RunFileError, RunStore, read_lines
 from policies.base import Policy
 from policies.spec import make_policy
 from tasks.model import Task
@@ -111,6 +114,7 @@ def rollout(
     """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
     tasks = select(load_suite(config.suite), config.tasks)
     store = RunStore(config.out)
+    check_continues(store, config)
     done = {(t.task_id, t.sample_index) for t in store.create(config)}
     jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
     count = 0
@@ -130,6 +134,26 @@ def rollout(
     finally:
         rollouts.close()
     return summarize(list(store.trajectories()), len(tasks))
+
+
+def check_continues(store: RunStore, config: RolloutConfig) -> None:
+    """A run folder that holds trajectories is continued only by the settings that made them (`PRODUCERS`):
+    else RunFileError, before anything is written, naming what differs."""
+    path = store.root / "config.yaml"
+    if not path.is_file() or next(read_lines(store.trajectories_path), None) is None:
+        return
+    try:
+        before = RolloutConfig.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, ValidationError) as e:
+        raise RunFileError(
+            f"{path}: not the config of a rollout run ({' '.join(str(e).split())[:300]})"
+        ) from e
+    changed = changed_producers(before, config)
+    if changed:
+        raise RunFileError(
+            f"{store.root} holds trajectories made with other settings ({'; '.join(changed)}): continue it "
+            "with the settings it was made with, or choose another --out"
+        )
 
 
 def summarize(trajectories: list[Trajectory], n_tasks: int) -> RolloutSummary:

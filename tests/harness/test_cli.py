@@ -63,3 +63,17 @@ def test_demo_plays_a_builtin_task_end_to_end(backend: str) -> None:
     proc = harness("demo", "--episode", "--backend", backend, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "PASS: reward 1.000" in proc.stdout and "turn 1: list_dir" in proc.stdout
+
+
+def test_harness_model_tiny_makes_a_model_folder_that_serves_and_refuses_a_full_one(tmp_path: Path) -> None:
+    """A new user's way to a model without a download: the folder `hf:`, `serve` and `train` take."""
+    out = tmp_path / "tiny"
+    proc = harness("model", "tiny", "--out", str(out), "--layers", "1", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in out.iterdir()}
+    assert f"harness serve --model {out}" in proc.stdout
+    from policies.hf import HFPolicy
+
+    assert HFPolicy(out).model.config.num_hidden_layers == 1
+    again = harness("model", "tiny", "--out", str(out), timeout=300)
+    assert again.returncode == 2 and "not empty" in again.stderr

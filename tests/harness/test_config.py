@@ -118,3 +118,21 @@ def test_the_tools_settings_are_part_of_a_run_and_older_bash_enabled_still_reads
     assert RolloutConfig.model_validate(older).tools.bash_enabled is False
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(older))
     assert load_setup(tmp_path).tools.bash_enabled is False
+
+
+def test_a_mistyped_key_gets_the_nearest_real_one() -> None:
+    from harness.training.train import TrainConfig
+
+    with pytest.raises(
+        ConfigError, match=r"grop_size: Extra inputs are not permitted \(did you mean group_size\?\)"
+    ):
+        load_config(RolloutConfig, None, ["grop_size=4"])
+    with pytest.raises(ConfigError, match=r"sandbox.backnd: .* \(did you mean sandbox.backend\?\)"):
+        load_config(RolloutConfig, None, ["sandbox.backnd=bwrap"])
+    with pytest.raises(
+        ConfigError, match=r"rollout.sampling.temprature: .* \(did you mean rollout.sampling.temperature\?\)"
+    ):
+        load_config(TrainConfig, None, ["model=m", "rollout.sampling.temprature=0.5"])
+    with pytest.raises(ConfigError) as nothing_near:
+        load_config(RolloutConfig, None, ["zzzz=1"])
+    assert "did you mean" not in str(nothing_near.value)

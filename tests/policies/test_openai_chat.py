@@ -51,11 +51,12 @@ def test_reply_carries_the_text_and_the_usage(url: str, tiny_policy: HFPolicy) -
 
 
 def test_litellm_policy_speaks_to_the_same_server(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("OPENAI_API_BASE", url)
+    """The server's URL is part of the spec (litellm's `api_base`); no environment variable names it."""
+    monkeypatch.delenv("OPENAI_API_BASE", raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "EMPTY")
     openai = OpenAIChatPolicy(MODEL, url).respond(MESSAGES, [], SamplingParams(max_new_tokens=6, seed=3))
-    policy = make_policy(f"litellm:openai/{MODEL}")
-    assert policy.kind == "chat"
+    policy = make_policy(f"litellm:openai/{MODEL}@{url}")
+    assert policy.kind == "chat" and policy.spec == f"litellm:openai/{MODEL}@{url}"
     reply = policy.respond(MESSAGES, [], SamplingParams(max_new_tokens=6, seed=3))
     assert reply == openai
 

@@ -10,12 +10,13 @@ import time
 from pathlib import Path
 from typing import Any, Literal
 
+import pytest
 import yaml
 
 from envs.sandbox import SandboxConfig
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import rollout
-from harness.rollouts.store import RunStore
+from harness.rollouts.store import RunFileError, RunStore
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.suite import load_suite
 from tests.conftest import builtin_sample
@@ -184,3 +185,30 @@ def test_a_chat_policy_never_sees_the_hidden_tests_or_the_gold_patch(tmp_path: P
     assert task.problem_statement.strip()[:40] in seen
     secrets = [*task.hidden_tests.files.values(), *task.hidden_tests.fail_to_pass, task.gold_patch or ""]
     assert all(secret and secret not in seen for secret in secrets)
+
+
+def test_a_run_folder_is_continued_only_by_the_settings_that_made_it(tmp_path: Path) -> None:
+    """Another policy (or sampling, seed, loop...) on a folder with trajectories is refused before anything
+    is written, naming what differs; the same settings with more samples or another C continue it."""
+    out = tmp_path / "run"
+    config = RolloutConfig(
+        suite=str(MINI), policy="scripted:gold", out=out, sandbox=SandboxConfig(backend="bwrap")
+    )
+    rollout(config)
+    written = (out / "config.yaml").read_text()
+    other = config.model_copy(update={"policy": "scripted:decoy"})
+    with pytest.raises(RunFileError, match=r"policy: scripted:gold -> scripted:decoy[\s\S]*another --out"):
+        rollout(other)
+    hotter = config.model_copy(update={"sampling": config.sampling.model_copy(update={"temperature": 0.3})})
+    with pytest.raises(RunFileError, match="sampling"):
+        rollout(hotter)
+    assert (out / "config.yaml").read_text() == written  # the refused runs wrote nothing
+    summary = rollout(config.model_copy(update={"group_size": 2, "concurrency": 1}))
+    assert summary.trajectories == 2 * len(load_suite(str(MINI)))
+
+
+def test_a_bad_policy_spec_fails_before_a_run_folder_is_made(tmp_path: Path) -> None:
+    proc = harness("rollout", "--policy", "gpt4", "--out", str(tmp_path / "run"), timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "policy 'gpt4': expected BACKEND:ARGS" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
