@@ -171,12 +171,23 @@ def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
     return 0
 
 
+def installed_version() -> str:
+    """The installed package's version (`pip install -e .` included), or `unknown` when not installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("coding-harness")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
 BACKENDS = ["auto", "docker", "bwrap"]
 """The sandbox backends a `--backend` flag takes (`auto`: Docker when its daemon answers, else bubblewrap)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="harness", description="RL harness for coding agents.")
+    parser.add_argument("--version", action="version", version=f"harness {installed_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     add_sandbox_commands(sub)
     add_env_parser(sub)
@@ -803,7 +814,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
     config = load_config(DemoConfig, None, args.overrides, {"backend": args.backend, "out": str(args.out)})
     result = run_training_demo(config)
-    return 0 if result.final_pass_rate > result.baseline_pass_rate else 1
+    if result.final_pass_rate > result.baseline_pass_rate:
+        return 0
+    Console(stderr=True).print(
+        f"The pass rate did not rise ({result.baseline_pass_rate:.3f} after the warm start, "
+        f"{result.final_pass_rate:.3f} after GRPO), so the demo exits 1. With few steps and samples a run "
+        "can miss: the defaults (`harness demo`) rose on 10 of 10 seeds; more `grpo_steps` or "
+        "`group_size` help. The run folder above holds every rollout to look at."
+    )
+    return 1
 
 
 def add_selection(p: argparse.ArgumentParser, with_id: bool = False) -> None:
@@ -880,8 +899,10 @@ def report_unread(run: RunRead) -> int:
 
 def cmd_runs(args: argparse.Namespace) -> int:
     from harness.inspection.replay import run_row, runs_caption, runs_table, sort_trajectories
-    from harness.inspection.runs import advantages, open_run, read_run, select
+    from harness.inspection.runs import advantages, is_run, open_run, read_run, select
 
+    if args.run.is_dir() and not is_run(args.run):
+        return list_runs(args.run)
     run = read_run(open_run(args.run))
     trained = advantages(args.run, run.skipped)
     chosen = sort_trajectories(select(run, selection(args)), args.sort, args.desc)[: args.limit]
@@ -898,6 +919,22 @@ def cmd_runs(args: argparse.Namespace) -> int:
         console.width = max(console.width, console.measure(table, options=wide).maximum)
     console.print(table)
     return report_unread(run)
+
+
+def list_runs(folder: Path) -> int:
+    """`harness runs FOLDER` on a folder of runs: one line per run in it."""
+    from harness.inspection.runs import is_run, read_run, summary_line
+
+    runs = sorted(p for p in folder.iterdir() if p.is_dir() and is_run(p))
+    if not runs:
+        raise RunError(
+            f"{folder} is not a run directory and holds none (no trajectories.jsonl or config.yaml)"
+        )
+    table = Table("run", "trajectories", "solved", "mean reward", "policy", title=f"runs in {folder}")
+    for path in runs:
+        table.add_row(path.name, *summary_line(read_run(RunStore(path))))
+    Console().print(table)
+    return 0
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -40,6 +40,16 @@ CHARSET = (
 )
 
 
+class TextSpace(spaces.Text):
+    """Gymnasium's Text space over CHARSET, shown in one short line (its own repr lists every character)."""
+
+    def __repr__(self) -> str:
+        return (
+            f"Text({self.min_length}, {self.max_length}, charset=<{len(self.character_set)} characters: "
+            "tab, newlines and the printable Basic Multilingual Plane>)"
+        )
+
+
 class ToolObservation(Protocol):
     @property
     def text(self) -> str: ...
@@ -78,8 +88,8 @@ class CodingEnv(gym.Env[str, str]):
         self.tools: ToolRunner | None = None
         self.sandbox_config = sandbox_config or SandboxConfig()
         self.reward_config = reward_config or RewardConfig()
-        self.observation_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
-        self.action_space = spaces.Text(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
+        self.observation_space = TextSpace(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
+        self.action_space = TextSpace(max_length=MAX_TEXT, min_length=0, charset=CHARSET)
         self.task: Task | None = None
         self.sandbox: ReplacingSandbox | None = None
         self.turns = 0

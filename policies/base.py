@@ -93,6 +93,8 @@ class ChatReply(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    finish_reason: str = "stop"
+    """As the server said: `stop`, `length` (cut at max tokens), `tool_calls`, ..."""
 
 
 class ChatPolicy(Protocol):

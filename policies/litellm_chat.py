@@ -67,4 +67,5 @@ class LiteLLMChatPolicy:
             tool_calls=calls,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=str(response.choices[0].finish_reason or "stop"),
         )

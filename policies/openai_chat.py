@@ -62,4 +62,5 @@ class OpenAIChatPolicy:
             tool_calls=calls,
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
+            finish_reason=completion.choices[0].finish_reason or "stop",
         )

@@ -99,6 +99,8 @@ class TokenConversation:
             policy_version=generation.policy_version,
             finish_reason=generation.finish_reason,
             generate_s=took,
+            prompt_tokens=len(self.context),
+            completion_tokens=len(generation.ids),
         )
         self.segment.turns.append(turn)
         self.context += generation.ids
@@ -202,6 +204,7 @@ class ChatConversation:
             generate_s=took,
             prompt_tokens=reply.prompt_tokens,
             completion_tokens=reply.completion_tokens,
+            finish_reason=reply.finish_reason,
         )
         self.segment.turns.append(turn)
         return turn, call

@@ -49,8 +49,9 @@ class Turn(BaseModel):
     generate_s: float = 0.0
     tool_s: float = 0.0
     prompt_tokens: int = 0
-    """Chat policies: the prompt tokens the server reported for this turn (token policies: see the ids)."""
+    """The prompt's tokens: as a chat policy's server reported them, or a token policy's context length."""
     completion_tokens: int = 0
+    """The generated tokens: as a chat policy's server reported them, or `len(generated_ids)`."""
 
 
 class Segment(BaseModel):

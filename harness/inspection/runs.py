@@ -74,13 +74,26 @@ class Selection(BaseModel):
         )
 
 
+def is_run(path: Path) -> bool:
+    """Whether `path` is a run folder: it holds trajectories.jsonl or config.yaml."""
+    return (path / "trajectories.jsonl").exists() or (path / "config.yaml").exists()
+
+
 def open_run(path: Path) -> RunStore:
     if not path.is_dir():
         raise RunError(f"no run directory at {path}")
-    store = RunStore(path)
-    if not store.trajectories_path.exists() and not (path / "config.yaml").exists():
+    if not is_run(path):
         raise RunError(f"{path} is not a run directory: it has no trajectories.jsonl or config.yaml")
-    return store
+    return RunStore(path)
+
+
+def summary_line(run: RunRead) -> tuple[str, str, str, str]:
+    """A run in one line: its trajectories, how many solved their task, the mean reward, the policies."""
+    found = run.trajectories
+    solved = sum(1 for t in found if t.grade is not None and t.grade.correct == 1.0)
+    mean = sum(t.reward for t in found) / len(found) if found else 0.0
+    policies = ", ".join(sorted({t.policy for t in found})) or "-"
+    return str(len(found)), str(solved), f"{mean:.3f}", policies
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
@@ -121,10 +122,16 @@ def warm_start(
     the loss of each epoch."""
     epochs: list[float] = []
 
+    started = time.monotonic()
+
     def epoch_done(epoch: int, loss: float) -> None:
         epochs.append(loss)
-        if epoch % 10 == 0:
-            console.print(f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f}")
+        if epoch < 3 or epoch % 10 == 0:
+            console.print(
+                f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f} ({time.monotonic() - started:.0f}s)"
+            )
+
+    console.print("   rolling out scripted demonstrations (right and wrong fixes), then training on them")
 
     sft_model = run_sft(
         SFTConfig(

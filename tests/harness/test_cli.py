@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HARNESS = [sys.executable, "-m", "harness.cli"]
 
 
@@ -77,3 +79,38 @@ def test_harness_model_tiny_makes_a_model_folder_that_serves_and_refuses_a_full_
     assert HFPolicy(out).model.config.num_hidden_layers == 1
     again = harness("model", "tiny", "--out", str(out), timeout=300)
     assert again.returncode == 2 and "not empty" in again.stderr
+
+
+def test_harness_version_and_runs_on_a_folder_of_runs(tmp_path: Path) -> None:
+    version = harness("--version")
+    assert version.returncode == 0 and version.stdout.startswith("harness ")
+    mini = Path(__file__).parents[1] / "data" / "suites" / "mini"
+    for name, policy in (("gold", "scripted:gold"), ("decoy", "scripted:decoy")):
+        made = harness(
+            "rollout", "--suite", str(mini), "--policy", policy, "--backend", "bwrap",
+            "--out", str(tmp_path / "runs" / name), timeout=300,
+        )  # fmt: skip
+        assert made.returncode == 0, made.stderr[-2000:]
+    (tmp_path / "runs" / "notes").mkdir()  # not a run: left out
+    listed = harness("runs", str(tmp_path / "runs"))
+    assert listed.returncode == 0, listed.stderr
+    lines = [line for line in listed.stdout.splitlines() if "scripted:" in line]
+    assert len(lines) == 2 and "gold" in lines[1] and "decoy" in lines[0] and "notes" not in listed.stdout
+
+
+def test_a_demo_whose_pass_rate_did_not_rise_says_so(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The exit status 1 comes with the reason (the demo's run itself is `test_train_demo.py`'s)."""
+    from harness import cli
+    from harness.training import train_demo
+
+    flat = train_demo.DemoResult(
+        baseline_pass_rate=0.25, final_pass_rate=0.25, baseline_reward=0.2, final_reward=0.2,
+        rewards=[0.2], summaries_per_trajectory=[1.0], warm_start_epochs=3,
+    )  # fmt: skip
+    monkeypatch.setattr(train_demo, "run_training_demo", lambda config: flat)
+    assert cli.main(["demo", "grpo_steps=1"]) == 1
+    assert (
+        "The pass rate did not rise (0.250 after the warm start, 0.250 after GRPO)" in capsys.readouterr().err
+    )

@@ -28,6 +28,7 @@ def test_gymnasium_env_checker(backend: str) -> None:
     env = gym.make("harness/CodingEnv-v0", suite=str(MINI), backend=backend)
     try:
         check_env(env.unwrapped, skip_render_check=True)
+        assert len(repr(env.observation_space)) < 200 and "Text(0, 200000" in repr(env.action_space)
     finally:
         env.close()
         env.close()  # safe twice

@@ -46,6 +46,7 @@ def test_reply_carries_the_text_and_the_usage(url: str, tiny_policy: HFPolicy) -
     expected = tiny_policy.generate(prompt, params)
     assert reply.prompt_tokens == len(prompt)
     assert reply.completion_tokens == len(expected.ids)
+    assert reply.finish_reason == ("tool_calls" if reply.tool_calls else expected.finish_reason)  # length too
     assert reply.content == tiny_policy.tokenizer.decode(expected.ids, skip_special_tokens=True).strip()
     assert policy.respond(MESSAGES, TOOLS, params) == reply
 

@@ -123,6 +123,7 @@ def test_each_generation_extends_the_previous_ids_exactly(
                 prompt, output = next(calls)
                 assert prompt == context  # the sampler saw exactly the stored ids so far
                 assert output == turn.generated_ids
+                assert (turn.prompt_tokens, turn.completion_tokens) == (len(prompt), len(output))
                 context += turn.generated_ids + turn.appended_ids
 
 
