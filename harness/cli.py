@@ -882,7 +882,13 @@ def add_run_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
 
     p = sub.add_parser("export", help="a run's trajectories as JSONL, Parquet or SFT conversations")
     p.add_argument("run", type=Path, help="a run directory")
-    p.add_argument("--format", default="jsonl", choices=["jsonl", "parquet", "sft"])
+    p.add_argument(
+        "--format",
+        default="jsonl",
+        choices=["jsonl", "parquet", "sft", "sft-tools"],
+        help="jsonl / parquet: a row per trajectory; sft: chat conversations, tool calls in the text; "
+        "sft-tools: conversations with native tool calls and a tools column (TRL's tool-calling SFT)",
+    )
     p.add_argument("--out", type=Path, default=None, help="the file to write (default: RUN/export/...)")
     add_selection(p)
     p.add_argument("--suite", default=None, help="the run's task suite, if it moved since the run")

@@ -8,6 +8,9 @@
   wrote: its text, then its tool call as `<tool_call>{json}</tool_call>` (as harness/training/sft.py writes it);
   a tool result is a tool message; a self-summary is the assistant's answer to the summary request, and
   the next segment opens with it, as in the run.
+- `sft-tools`: the same conversations in the tool-calling form of TRL's SFTTrainer and of chat templates:
+  `{"messages": [...], "tools": [...]}`, an assistant's tool call in its `tool_calls` (arguments as an
+  object), each tool result a tool message answering that call, and `tools` the schemas the episode had.
 """
 
 from __future__ import annotations
@@ -26,12 +29,15 @@ from harness.inspection.runs import RunError, Selection, load_setup, load_tasks,
 from harness.rollouts.store import write_atomic
 from policies.chat_format import assistant_text
 from summarizer import request_message, resume_messages
+from tasks.model import Task
+from tools import Toolbox, ToolsConfig
 
-ExportFormat = Literal["jsonl", "parquet", "sft"]
+ExportFormat = Literal["jsonl", "parquet", "sft", "sft-tools"]
 FILE_NAMES: dict[ExportFormat, str] = {
     "jsonl": "trajectories.jsonl",
     "parquet": "trajectories.parquet",
     "sft": "sft.jsonl",
+    "sft-tools": "sft-tools.jsonl",
 }
 
 
@@ -150,6 +156,82 @@ def sft_rows(
     return rows
 
 
+def tool_conversations(t: Trajectory, system: str, task_prompt: str) -> list[list[dict[str, Any]]]:
+    """Each segment as messages with native tool calls: chat trajectories as they were sent (arguments
+    read back into objects), token ones rebuilt the way their context grew, the call taken out of the
+    text it was written in."""
+    if all(s.messages for s in t.segments):
+        return [[_native(m) for m in s.messages] for s in t.segments]
+    conversations = []
+    opening: list[dict[str, Any]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": task_prompt},
+    ]
+    for segment in t.segments:
+        messages = list(opening)
+        for n, turn in enumerate(segment.turns):
+            if turn.kind == "summary":
+                messages += [request_message(), {"role": "assistant", "content": turn.text}]
+                opening = resume_messages(system, task_prompt, turn.text)
+                continue
+            if turn.tool_call is None:
+                messages.append({"role": "assistant", "content": turn.text})
+            else:
+                call = {"name": turn.tool_call.name, "arguments": _object(turn.tool_call.arguments)}
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": turn.text.split("<tool_call>", 1)[0].strip(),
+                        "tool_calls": [{"id": f"call_{n}", "type": "function", "function": call}],
+                    }
+                )
+            if turn.observation is not None:
+                answer = {"tool_call_id": f"call_{n}"} if turn.tool_call is not None else {}
+                messages.append({"role": "tool", "content": turn.observation, **answer})
+        conversations.append(messages)
+    return conversations
+
+
+def _native(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as stored, with each tool call's arguments as an object."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return dict(message)
+    native = [
+        {**c, "function": {**c["function"], "arguments": _object(c["function"].get("arguments"))}}
+        for c in calls
+    ]
+    return {**message, "tool_calls": native}
+
+
+def _object(arguments: Any) -> Any:
+    """Tool-call arguments as an object: JSON text parsed, anything else as it is."""
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except ValueError:
+            return arguments
+    return arguments
+
+
+def sft_tool_rows(
+    trajectories: Sequence[Trajectory], context: Callable[[], tuple[str, dict[str, Task], ToolsConfig]]
+) -> list[dict[str, Any]]:
+    """`{"messages": ..., "tools": ...}` per segment, up to the model's last message."""
+    system, tasks, tools = context()
+    rows = []
+    for t in trajectories:
+        if t.task_id not in tasks:
+            raise RunError(f"task {t.task_id} of {t.id} is not in the run's suite; give it with --suite")
+        task = tasks[t.task_id]
+        schemas = Toolbox.for_task(task, tools).schemas()
+        for messages in tool_conversations(t, system, task.prompt()):
+            last = max((i for i, m in enumerate(messages) if m["role"] == "assistant"), default=-1)
+            if last >= 0:
+                rows.append({"messages": messages[: last + 1], "tools": schemas})
+    return rows
+
+
 def write_jsonl(path: Path, rows: Sequence[dict[str, Any]]) -> None:
     write_atomic(path, "".join(json.dumps(row) + "\n" for row in rows).encode())
 
@@ -185,14 +267,18 @@ def export(
         raise RunError(f"nothing to export: no trajectory of {root} matches the filters")
     path = out or root / "export" / FILE_NAMES[fmt]
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "sft":
+    if fmt in ("sft", "sft-tools"):
 
         @functools.cache
-        def prompts() -> tuple[str, dict[str, str]]:
+        def context() -> tuple[str, dict[str, Task], ToolsConfig]:
             setup = load_setup(root, suite)
-            return setup.loop.system_prompt, {i: task.prompt() for i, task in load_tasks(setup).items()}
+            return setup.loop.system_prompt, load_tasks(setup), setup.tools
 
-        rows = sft_rows(trajectories, prompts)
+        def prompts() -> tuple[str, dict[str, str]]:
+            system, tasks, _ = context()
+            return system, {i: task.prompt() for i, task in tasks.items()}
+
+        rows = sft_rows(trajectories, prompts) if fmt == "sft" else sft_tool_rows(trajectories, context)
         write_jsonl(path, rows)
         return ExportResult(
             path=path,

@@ -90,3 +90,32 @@ def test_sft_writes_chat_tool_calls_as_the_model_writes_them(tmp_path: Path) -> 
     for fmt, name in (("jsonl", "trajectories.jsonl"), ("parquet", "trajectories.parquet")):
         proc = harness("export", str(tmp_path / "gold"), "--format", fmt)  # into the run by default
         assert proc.returncode == 0 and (tmp_path / "gold" / "export" / name).is_file(), proc.stderr
+
+
+def test_sft_tools_rows_take_native_tool_calls_and_the_episodes_tools(
+    scripted_training_run: Path, tmp_path: Path, tiny_policy: Any
+) -> None:
+    """`--format sft-tools`: TRL's tool-calling form. Token trajectories (the training run) and chat ones
+    (a scripted rollout) both give assistant `tool_calls` with object arguments, tool messages answering
+    them, and the tools column; a chat template renders a row back into the model's own call format."""
+    require_backend("bwrap")
+    rollout(tmp_path / "gold", "scripted:gold")
+    for run, name in ((scripted_training_run, "token"), (tmp_path / "gold", "chat")):
+        out = tmp_path / f"{name}.jsonl"
+        export(run, out, "--format", "sft-tools", "--min-reward", "1")
+        rows = [json.loads(line) for line in out.read_text().splitlines()]
+        assert rows and all(set(row) == {"messages", "tools"} for row in rows)
+        names = {tool["function"]["name"] for tool in rows[0]["tools"]}
+        assert {"edit", "submit"} <= names  # the task's own tools (a demo task allows only these)
+        messages = rows[0]["messages"]
+        calls = [m for m in messages if m["role"] == "assistant" and m.get("tool_calls")]
+        assert calls and all(isinstance(m["tool_calls"][0]["function"]["arguments"], dict) for m in calls)
+        answered = {m["tool_calls"][0]["id"] for m in calls}
+        assert {m["tool_call_id"] for m in messages if m["role"] == "tool"} <= answered
+        assert "<tool_call>" not in json.dumps(
+            [m.get("content", "") for m in calls]
+        )  # the call is not text too
+        text = tiny_policy.tokenizer.apply_chat_template(messages, tools=rows[0]["tools"], tokenize=False)
+        first = calls[0]["tool_calls"][0]["function"]
+        assert f'"name": "{first["name"]}"' in text and '"name": "submit"' in text  # the tools, rendered
+        assert load("json", out, tmp_path / f"hf-{name}").num_rows == len(rows)  # datasets reads it
