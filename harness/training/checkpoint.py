@@ -26,8 +26,6 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
-from harness.rollouts.store import append_line
-
 
 def optimizer_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
     """The optimizer's whole state on the CPU, keyed by parameter name. Under FSDP it is gathered from the
@@ -110,22 +108,3 @@ def load_checkpoint(path: Path, model: torch.nn.Module, optimizer: torch.optim.O
     torch.set_rng_state(rng["torch"])
     state: dict[str, Any] = json.loads((path / "trainer.json").read_text())
     return state
-
-
-class MetricsWriter:
-    """One JSON line per step in metrics.jsonl, and the same scalars for TensorBoard."""
-
-    def __init__(self, run_dir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
-        self.path = run_dir / "metrics.jsonl"
-        self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
-
-    def write(self, step: int, metrics: dict[str, float]) -> None:
-        append_line(self.path, json.dumps({"step": step, **metrics}))
-        for name, value in metrics.items():
-            self.tensorboard.add_scalar(name, value, step)
-        self.tensorboard.flush()
-
-    def close(self) -> None:
-        self.tensorboard.close()

@@ -43,7 +43,6 @@ from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read
 from harness.training import distributed
 from harness.training.async_rollouts import AsyncRollouts, Handoff, fresh_groups
 from harness.training.checkpoint import (
-    MetricsWriter,
     latest_checkpoint,
     load_checkpoint,
     optimizer_state,
@@ -51,6 +50,7 @@ from harness.training.checkpoint import (
 )
 from harness.training.distributed import Processes
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
+from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
 from policies.base import TokenPolicy
 from policies.hf import HFPolicy
@@ -113,6 +113,8 @@ class TrainConfig(BaseModel):
     (`harness/agent/scripted_tokens.py`). Every machine gets the same trajectories and rewards, so tests and
     demonstrations of the training path do not depend on what a tiny model happens to sample. In-process,
     synchronous runs only."""
+    log: LogConfig = Field(default_factory=LogConfig)
+    """Where the metrics go besides metrics.jsonl: TensorBoard by default, W&B, MLflow."""
     device: str = "auto"
     """Where the model, the in-process sampler and the KL reference live: `auto` (CUDA when there is a GPU,
     else the CPU), `cpu`, `cuda` or `cuda:N`. Under torchrun `auto` and `cuda` mean cuda:LOCAL_RANK."""
@@ -371,7 +373,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         batches = AsyncBatches(
             AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
         )
-    writer = MetricsWriter(config.rollout.out)
+    writer = MetricsWriter(config.rollout.out, config.log, config.model_dump(mode="json"))
     closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
     return TrainingRun(config, processes, steps, store, policy, learner, plan, batches, writer, closers)
 
