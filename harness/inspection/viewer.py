@@ -511,6 +511,8 @@ def find_tokenizer(root: Path) -> Path | None:
         candidates.append(Path(source.model))
     if source.policy and source.policy.startswith("hf:"):
         candidates.append(Path(source.policy.removeprefix("hf:")))
+    if source.policy and source.policy.startswith("tito:"):  # `harness serve` names a model by its folder
+        candidates.append(Path(source.policy.removeprefix("tito:").rpartition("@")[0]))
     candidates += [c / "model" for c in checkpoints_newest_first(root / "checkpoints")]
     return next((c for c in candidates if has_tokenizer(c)), None)
 

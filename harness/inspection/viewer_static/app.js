@@ -312,24 +312,42 @@ function tokensBlock(t) {
   const select = el("select", { id: "shade-by" },
     Object.entries(SHADES).map(([value, label]) => el("option", { value }, "shade by " + label)));
   const hidePrompts = el("input", { type: "checkbox", id: "hide-prompts" });
-  const draw = () => body.replaceChildren(...tokenSegments(t, select.value, hidePrompts.checked, info));
+  const key = el("div", { id: "token-legend" });
+  const draw = () => {
+    body.replaceChildren(...tokenSegments(t, select.value, hidePrompts.checked, info));
+    key.replaceChildren(legend(select.value));  // the colours of the shading shown, not another's
+  };
   select.addEventListener("change", draw);
   hidePrompts.addEventListener("change", draw);
   draw();
   const controls = el("div", { class: "token-controls" }, select,
-    el("label", {}, hidePrompts, " fold the prompts"), legend());
-  return build(section, {}, [controls, body, info]);
+    el("label", {}, hidePrompts, " fold the prompts"), key);
+  // The controls ride with the hover details at the foot of the window: nothing covers them.
+  const bar = el("div", { class: "token-bar" }, controls, info);
+  return build(section, {}, [body, bar]);
 }
 
-function legend() {
+function legend(shade) {
   const sample = (cls, style, text) => el("span", { class: "tok " + cls, style }, text);
-  return el("div", { class: "legend" },
-    sample("m0", null, "loss mask 0: prompt, tool results, inserted"),
-    sample("m1 adv-pos", `background: ${advantageColor(0.5)}`, "mask 1, advantage > 0"),
-    sample("m1 adv-neg", `background: ${advantageColor(-0.5)}`, "mask 1, advantage < 0"),
-    sample("m1 adv-zero", `background: ${advantageColor(0)}`, "mask 1, advantage 0"),
-    sample("m1 summary-tok", null, "self-summary"),
-  );
+  const masked = sample("m0", null, "loss mask 0: prompt, tool results, inserted");
+  const summary = sample("m1 summary-tok", null, "self-summary");
+  const items = {
+    advantage: [
+      sample("m1 adv-pos", `background: ${advantageColor(0.5)}`, "mask 1, advantage > 0"),
+      sample("m1 adv-neg", `background: ${advantageColor(-0.5)}`, "mask 1, advantage < 0"),
+      sample("m1 adv-zero", `background: ${advantageColor(0)}`, "mask 1, advantage 0"),
+    ],
+    weight: [
+      sample("m1", `background: ${weightColor(1.2)}`, "importance weight > 1 (the learner more likely)"),
+      sample("m1", `background: ${weightColor(0.8)}`, "weight < 1"),
+      sample("m1", `background: ${weightColor(null)}`, "no learner log-prob"),
+    ],
+    sampler: [
+      sample("m1", `background: ${samplerColor(-0.1)}`, "sampler log-prob near 0 (expected)"),
+      sample("m1", `background: ${samplerColor(-4)}`, "sampler log-prob -4 or less (surprising)"),
+    ],
+  }[shade];
+  return el("div", { class: "legend", "data-shade": shade }, masked, ...items, summary);
 }
 
 function advantageColor(advantage) {

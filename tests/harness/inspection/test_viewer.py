@@ -305,6 +305,16 @@ def test_tokens_are_decoded_one_by_one_with_the_runs_tokenizer(tmp_path: Path, t
     assert tokens["text"] == [tokenizer.decode([i]) for i in tokens["ids"]]
 
 
+def test_a_tito_run_finds_the_tokenizer_of_the_served_model_folder(
+    tmp_path: Path, tiny_model_path: Path
+) -> None:
+    """`harness serve` names its model by its folder, so `tito:FOLDER@URL` names the tokenizer too."""
+    run = write_run(
+        tmp_path / "run", ROLLOUTS[:1], {"policy": f"tito:{tiny_model_path}@http://127.0.0.1:1/v1"}
+    )
+    assert find_tokenizer(run) == tiny_model_path
+
+
 def test_without_the_configured_model_the_latest_checkpoint_has_the_tokenizer(
     tmp_path: Path, tiny_model_path: Path
 ) -> None:
@@ -521,6 +531,24 @@ def test_the_viewer_in_headless_chromium(
         assert elements(browser, "#tokens .summary-boundary.summary-start")
         assert elements(browser, ".token-view .tok.m1.summary-tok")
         assert elements(browser, "#conversation .turn.summary-turn .badge.summary")
+        # The legend follows the shading; the controls are never under the hover details.
+        assert "advantage > 0" in browser.find_element(By.ID, "token-legend").text
+        Select(browser.find_element(By.ID, "shade-by")).select_by_value("sampler")
+        wait_for(
+            browser, lambda d: "sampler log-prob" in d.find_element(By.ID, "token-legend").text, "legend"
+        )
+        assert "advantage" not in browser.find_element(By.ID, "token-legend").text
+        Select(browser.find_element(By.ID, "shade-by")).select_by_value("advantage")
+        checkbox = browser.find_element(By.ID, "hide-prompts")
+        token = elements(browser, ".token-view .tok.m1.adv-pos")[0]  # drawn again with the shading
+        for block in ("start", "center", "end"):
+            browser.execute_script(f"arguments[0].scrollIntoView({{block: '{block}'}})", token)
+            on_top = browser.execute_script(
+                "const r = arguments[0].getBoundingClientRect();"
+                "return document.elementFromPoint(r.x + r.width / 2, r.y + r.height / 2) === arguments[0];",
+                checkbox,
+            )
+            assert on_top, f"the fold checkbox is covered (a token scrolled to the {block})"
         shown = len(elements(browser, ".token-view .tok"))
         browser.find_element(By.ID, "hide-prompts").click()
         wait_for(browser, lambda d: elements(d, ".token-view .tok.folded"), "the folded prompts")
