@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ValidationError
 from rich.console import Console
 from rich.markup import escape
@@ -26,7 +25,7 @@ from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.task_env import build_task_env
 from harness.agent.trajectory import Trajectory
-from harness.config import ConfigError, load_config
+from harness.config import ConfigError, commented_yaml, load_config
 from harness.inspection.replay import SORT_KEYS
 from harness.inspection.runs import RunError, RunRead, Selection
 from harness.rollouts.config import RolloutConfig, RolloutSummary
@@ -657,13 +656,15 @@ def add_print_config(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--print-config",
         action="store_true",
-        help="print the resolved settings (defaults, file, flags, overrides) as YAML and stop",
+        help="print the resolved settings (defaults, file, flags, overrides) as YAML, each with what it "
+        "does as a comment, and stop",
     )
 
 
 def printed_config(config: BaseModel) -> int:
-    """The resolved settings as a YAML file a user can start from (`--config`)."""
-    print(yaml.safe_dump(config.model_dump(mode="json"), sort_keys=False, allow_unicode=True), end="")
+    """The resolved settings as a YAML file a user can start from (`--config`), each setting's docstring
+    as its comment."""
+    print(commented_yaml(config), end="")
     return 0
 
 

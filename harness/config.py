@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import difflib
+import functools
+import inspect
+import textwrap
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -91,3 +95,47 @@ def _suggestion(model: type[BaseModel], error: Any) -> str:
             return ""
     close = difflib.get_close_matches(key, list(owner.model_fields), n=1, cutoff=0.6)
     return f" (did you mean {'.'.join([*path, close[0]])}?)" if close else ""
+
+
+def commented_yaml(config: BaseModel) -> str:
+    """`config` as a YAML file to start from: every setting with its value, after its docstring as a
+    comment; a nested settings model is a section. It reads back to the same settings."""
+    return "".join(_yaml_lines(config, ""))
+
+
+def _yaml_lines(config: BaseModel, indent: str) -> list[str]:
+    docs = field_docs(type(config))
+    dumped = config.model_dump(mode="json")
+    lines = []
+    for name in type(config).model_fields:
+        for line in textwrap.wrap(" ".join(docs.get(name, "").split()), 100 - len(indent)):
+            lines.append(f"{indent}# {line}\n")
+        value = getattr(config, name)
+        if isinstance(value, BaseModel):
+            lines += [f"{indent}{name}:\n", *_yaml_lines(value, indent + "  ")]
+        else:
+            text = yaml.safe_dump({name: dumped[name]}, sort_keys=False, allow_unicode=True, width=100)
+            lines += [f"{indent}{line}\n" for line in text.splitlines()]
+    return lines
+
+
+@functools.cache
+def field_docs(model: type[BaseModel]) -> dict[str, str]:
+    """Each field's docstring (the string right after it in the class body), from the class's source and
+    those of its settings bases."""
+    docs: dict[str, str] = {}
+    for cls in reversed(model.__mro__):
+        if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
+            continue
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+        except (OSError, TypeError, SyntaxError):
+            continue
+        body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+        for node, after in zip(body, [*body[1:], None], strict=True):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            doc = after.value if isinstance(after, ast.Expr) else None
+            if isinstance(doc, ast.Constant) and isinstance(doc.value, str):
+                docs[node.target.id] = inspect.cleandoc(doc.value)
+    return docs
