@@ -963,7 +963,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         trajectories = select(run, chosen)
         if not trajectories:
             raise RunError(f"no trajectory of {args.run} matches the filters")
-        show(console, trajectories, context, folding)
+        if console.is_terminal and len(trajectories) > 1:  # many screens: through $PAGER (less)
+            with console.pager(styles=True):
+                show(console, trajectories, context, folding)
+        else:
+            show(console, trajectories, context, folding)
         return report_unread(run)
     Console(stderr=True).print(f"following {store.trajectories_path}; Ctrl-C stops", style="dim")
     skipped: list[str] = []

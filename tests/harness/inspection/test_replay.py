@@ -218,3 +218,25 @@ def test_a_gold_run_reexecutes_exactly_and_an_altered_turn_diverges(backend: str
     )[0]
     assert [c["same"] for c in report["turns"]] == [True, True, False, True, True]
     assert report["reproduced"] is False and report["diff_same"] and not report["grade_differences"]
+
+
+def test_replay_of_many_trajectories_on_a_terminal_goes_through_the_pager(
+    scripted_training_run: Path, tmp_path: Path
+) -> None:
+    """On a terminal, a replay of more than one trajectory is paged ($PAGER, as git and man do); piped,
+    it is printed as it is."""
+    import pty
+
+    paged = tmp_path / "paged.txt"
+    main, child = pty.openpty()
+    env = {**os.environ, "PAGER": f"cat > {paged}", "COLUMNS": "120", "TERM": "xterm"}
+    env.pop("MANPAGER", None)
+    proc = subprocess.run(
+        [*HARNESS, "replay", str(scripted_training_run)],
+        stdin=child, stdout=child, stderr=child, env=env, timeout=300,
+    )  # fmt: skip
+    os.close(child)
+    os.close(main)
+    assert proc.returncode == 0
+    count = sum(1 for _ in RunStore(scripted_training_run).trajectories())
+    assert paged.read_text().count("reward") >= count > 1  # every trajectory went to the pager
