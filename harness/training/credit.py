@@ -1,0 +1,93 @@
+"""Credit finer than the outcome, from the privileged context every coding task has (issue 19): pure
+functions, no model and no I/O.
+
+Shapes: S segment rows, T tokens per row (padded; aligned to the predicted tokens ids[1:], as the
+learner's micro-batches are), H the teacher header's tokens.
+
+    privileged_header  task -> str                       what the teacher sees that the student never does
+    opsd_signal        (S, T) teacher, student -> (S, T)  clip(log p_T - log p_S, +-c) on model tokens
+    turn_mean          (S, T) -> (S, T)                   the signal averaged over each generation
+    dense_advantages   (S,) outcome, (S, T) signal -> (S, T)
+
+On-policy self-distillation (OPSD, arXiv 2601.18734): the student samples on its own; the same model,
+given privileged context, scores the student's tokens; the per-token gap log p_T(y_t) - log p_S(y_t) is
+a dense, on-policy signal. It must be clipped, or a few tokens of style dominate it (the paper's finding,
+and why `clip` is not optional here). The turn as a unit of credit follows ECHO (arXiv 2601.06794).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from tasks.model import Task
+
+Privileged = Literal["gold_patch", "hidden_tests", "failing_output"]
+CreditMode = Literal["outcome", "opsd", "outcome+opsd"]
+
+HEADER_TITLE = "Reference material for this task (not shown to the agent):"
+
+
+def privileged_header(task: Task, parts: Sequence[Privileged], failing_output: str | None = None) -> str:
+    """The teacher's header: the task's privileged context in a fixed form, the parts in the order given.
+
+    `failing_output` is the hidden tests' output on the unfixed repository, taken at validation; without
+    it that part says it is not known rather than being left out silently."""
+    sections = [HEADER_TITLE]
+    for part in dict.fromkeys(parts):
+        if part == "gold_patch":
+            sections.append(f"## A correct fix\n```diff\n{(task.gold_patch or '(none)').rstrip()}\n```")
+        elif part == "hidden_tests":
+            files = "\n".join(
+                f"### {path}\n```python\n{text.rstrip()}\n```"
+                for path, text in sorted(task.hidden_tests.files.items())
+            )
+            ids = "\n".join(f"- {test_id}" for test_id in task.hidden_tests.fail_to_pass)
+            sections.append(f"## The tests that must pass\n{ids}\n{files}".rstrip())
+        else:
+            sections.append(
+                f"## The failing tests' output before the fix\n```\n{(failing_output or '(not known)').rstrip()}\n```"
+            )
+    return "\n\n".join(sections) + "\n"
+
+
+def opsd_signal(teacher: Tensor, student: Tensor, mask: Tensor, clip: float) -> Tensor:
+    """clip(log p_T(y_t) - log p_S(y_t), -clip, clip) where `mask` is 1 (the model's own tokens), 0
+    elsewhere. teacher, student, mask: (S, T) -> (S, T). The student's log-probs are constants here (the
+    signal is an advantage, not a loss term): pass them detached."""
+    if clip <= 0:
+        raise ValueError(f"clip must be positive, got {clip}: an unclipped gap lets a few tokens dominate")
+    gap = (teacher - student).clamp(-clip, clip)  # (S, T)
+    return gap * mask
+
+
+def turn_mean(signal: Tensor, mask: Tensor) -> Tensor:
+    """Each contiguous run of mask-1 tokens (one generation: a tool call or a summary) gets its mean
+    signal on every token of the run; 0 where `mask` is 0. signal, mask: (S, T) -> (S, T)."""
+    on = mask > 0  # (S, T)
+    starts = on & ~torch.nn.functional.pad(on[:, :-1], (1, 0), value=False)  # (S, T) first token of a run
+    run_id = torch.cumsum(starts.long(), dim=1) * on.long()  # (S, T) 1, 2, ... per run; 0 off the mask
+    runs = int(run_id.max().item()) + 1
+    flat = run_id + runs * torch.arange(signal.shape[0], device=signal.device).unsqueeze(1)  # (S, T) unique
+    sums = torch.zeros(signal.shape[0] * runs, dtype=signal.dtype, device=signal.device)
+    counts = torch.zeros_like(sums)
+    sums.index_add_(0, flat.flatten(), (signal * on).flatten())
+    counts.index_add_(0, flat.flatten(), on.to(signal.dtype).flatten())
+    means = sums / counts.clamp(min=1)  # (S * runs,)
+    return means[flat] * on  # (S, T)
+
+
+def dense_advantages(outcome: Tensor, signal: Tensor, mask: Tensor, mode: CreditMode, beta: float) -> Tensor:
+    """The per-token advantage the learner trains on. outcome: (S,) each row's GRPO advantage; signal:
+    (S, T) from `opsd_signal` (or `turn_mean` of it); mask: (S, T). -> (S, T), 0 off the mask.
+
+    `outcome`: the outcome on every model token (plain GRPO). `opsd`: beta * signal alone. `outcome+opsd`:
+    their sum, so the dense term refines the group-relative credit without replacing it."""
+    spread = outcome.unsqueeze(1) * mask  # (S, T)
+    if mode == "outcome":
+        return spread
+    dense = beta * signal * mask  # (S, T)
+    return dense if mode == "opsd" else spread + dense

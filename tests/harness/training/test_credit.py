@@ -1,0 +1,81 @@
+"""The privileged-context credit math against hand-worked cases (harness/training/credit.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.training.credit import dense_advantages, opsd_signal, privileged_header, turn_mean
+from tasks.model import HiddenTests, Task
+
+TEACHER = torch.tensor([[-0.5, -1.0, -3.0, -0.2, -0.1], [-1.0, -2.0, 0.0, 0.0, 0.0]])
+STUDENT = torch.tensor([[-1.0, -0.5, -0.5, -4.0, -0.1], [-1.5, -1.0, 0.0, 0.0, 0.0]])
+MASK = torch.tensor([[1.0, 1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0, 0.0]])
+
+
+def test_the_signal_is_the_clipped_gap_on_model_tokens_only() -> None:
+    # gaps: row 0: 0.5, -0.5, -2.5 (masked), 3.8 -> 1.0 (clipped), 0.0; row 1: 0.5, -1.0, then padding
+    expected = torch.tensor([[0.5, -0.5, 0.0, 1.0, 0.0], [0.5, -1.0, 0.0, 0.0, 0.0]])
+    assert torch.allclose(opsd_signal(TEACHER, STUDENT, MASK, clip=1.0), expected)
+    with pytest.raises(ValueError, match="clip must be positive"):
+        opsd_signal(TEACHER, STUDENT, MASK, clip=0.0)
+
+
+def test_turn_mean_averages_each_generation_apart() -> None:
+    signal = torch.tensor([[0.5, -0.5, 0.0, 1.0, 0.0], [0.5, -1.0, 0.0, 0.0, 0.0]])
+    # row 0 has two generations (tokens 0-1 and 3-4, a tool result between): means 0.0 and 0.5
+    expected = torch.tensor([[0.0, 0.0, 0.0, 0.5, 0.5], [-0.25, -0.25, 0.0, 0.0, 0.0]])
+    assert torch.allclose(turn_mean(signal, MASK), expected)
+
+
+def test_dense_advantages_by_mode() -> None:
+    outcome = torch.tensor([0.8, -0.4])
+    signal = torch.tensor([[0.5, -0.5, 0.0, 1.0, 0.0], [0.5, -1.0, 0.0, 0.0, 0.0]])
+    spread = torch.tensor([[0.8, 0.8, 0.0, 0.8, 0.8], [-0.4, -0.4, 0.0, 0.0, 0.0]])
+    assert torch.allclose(dense_advantages(outcome, signal, MASK, "outcome", beta=0.5), spread)
+    assert torch.allclose(dense_advantages(outcome, signal, MASK, "opsd", beta=0.5), 0.5 * signal)
+    both = dense_advantages(outcome, signal, MASK, "outcome+opsd", beta=0.5)
+    assert torch.allclose(both, spread + 0.5 * signal)
+    assert float(both[0, 2]) == 0.0  # a tool result's token gets nothing
+
+
+def test_the_header_holds_what_was_asked_in_a_fixed_order() -> None:
+    task = Task(
+        id="t", title="t", repo=Path("."), problem_statement="p", gold_patch="--- a/x.py\n+++ b/x.py\n",
+        hidden_tests=HiddenTests(fail_to_pass=["tests/test_x.py::test_y"], files={"tests/test_x.py": "def test_y(): ..."}),
+    )  # fmt: skip
+    header = privileged_header(task, ["hidden_tests", "gold_patch", "hidden_tests"])
+    assert header.index("tests that must pass") < header.index("A correct fix")  # as asked, once each
+    assert header.count("tests that must pass") == 1
+    assert "- tests/test_x.py::test_y" in header and "def test_y(): ..." in header and "+++ b/x.py" in header
+    assert "(not known)" in privileged_header(task, ["failing_output"])
+    assert privileged_header(task, ["gold_patch"]) == privileged_header(task, ["gold_patch"])  # fixed
+
+
+def test_the_teacher_scores_the_students_own_tokens_after_the_header(tiny_policy: object) -> None:
+    """With no header the teacher's log-probs are the learner's of the same row; with one they are the
+    log-probs of the row's tokens at their shifted positions in header + row, computed here by hand."""
+    from harness.training.learner import Row, collate, token_logprobs
+    from harness.training.teacher import teacher_logprobs
+
+    model = tiny_policy.model  # type: ignore[attr-defined]
+    ids = [5, 17, 301, 44, 9, 250, 12]
+    row = Row(ids=ids, mask=[0, 0, 1, 1, 0, 1, 1], sampler_logprobs=[0.0] * 7, advantage=1.0)
+    cpu = torch.device("cpu")
+    batch = collate([row], 0, cpu)
+    own, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, 0.7, batch.mask)
+    (plain,) = teacher_logprobs(model, [], [row], 0.7, cpu)
+    assert torch.allclose(torch.tensor(plain), own[0], atol=1e-5)
+
+    header = [11, 12, 13, 14]
+    (scored,) = teacher_logprobs(model, header, [row], 0.7, cpu)
+    with torch.no_grad():
+        logits = model(torch.tensor([header + ids])).logits[0].float() / 0.7  # (H + T, V)
+    by_hand = [
+        float(torch.log_softmax(logits[len(header) + t - 1], -1)[ids[t]]) if row.mask[t] else 0.0
+        for t in range(1, len(ids))
+    ]
+    assert scored == pytest.approx(by_hand, abs=1e-4)
+    assert scored != pytest.approx(plain, abs=1e-4)  # the header changes what the teacher expects
