@@ -87,6 +87,9 @@ class Row:
     advantage: float
     source: tuple[str, int] | None = None
     """(trajectory id, segment index) the row was made from, when it was made from one."""
+    token_advantages: list[float] | None = None
+    """A per-token advantage aligned to ids[1:] (dense credit, `harness/training/credit.py`); None: the
+    row's `advantage` on every model token."""
 
 
 def rows_from_trajectories(
@@ -165,7 +168,10 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> MicroBatc
         attention[b, :n] = 1
         mask[b, : n - 1] = torch.tensor(r.mask[1:], dtype=torch.float32)
         sampler[b, : n - 1] = torch.tensor(r.sampler_logprobs[1:], dtype=torch.float32)
-        advantage[b, : n - 1] = r.advantage * mask[b, : n - 1]
+        if r.token_advantages is None:
+            advantage[b, : n - 1] = r.advantage * mask[b, : n - 1]
+        else:
+            advantage[b, : n - 1] = torch.tensor(r.token_advantages, dtype=torch.float32) * mask[b, : n - 1]
     return MicroBatch(*(t.to(device) for t in (ids, attention, mask, sampler, advantage)))
 
 

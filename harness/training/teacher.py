@@ -1,15 +1,19 @@
 """The teacher's log-prob of each of the student's own tokens, given the privileged header first
 (issue 19, item 2): the same segment ids, unchanged, after the header's, so that positions align by
-construction. Here the teacher runs in-process on a model (the current policy, the frozen warm-start
-reference, or another model folder)."""
+construction. Here the teacher runs in-process on a model (the current policy or the frozen starting
+weights). `with_dense_credit` turns those log-probs into each row's per-token advantage
+(`harness/training/credit.py`), and `CreditConfig` is how a run asks for it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import Any, Literal
 
 import torch
+from pydantic import BaseModel, ConfigDict, Field
 
+from harness.training.credit import CreditMode, Privileged, dense_advantages, opsd_signal, turn_mean
 from harness.training.learner import Row, token_logprobs
 
 
@@ -31,3 +35,69 @@ def teacher_logprobs(
         logprobs, _ = token_logprobs(model, ids, attention, temperature, mask)  # (1, H + T - 1)
         out.append([float(v) for v in logprobs[0, h:].cpu()])
     return out
+
+
+class CreditConfig(BaseModel):
+    """Dense credit from the task's privileged context (on-policy self-distillation, OPSD)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: CreditMode = "outcome"
+    """`outcome`: the GRPO advantage on every model token (the default). `opsd`: the clipped teacher-student
+    gap alone. `outcome+opsd`: both, summed on each token."""
+    privileged: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
+    """What the teacher's header holds: `gold_patch`, `hidden_tests`, `failing_output`. The student never
+    sees it: its rows, prompts and sandboxes are untouched."""
+    teacher: Literal["self", "reference"] = "self"
+    """Which weights score: `self` (the current policy, with the header) or `reference` (the run's starting
+    weights, frozen)."""
+    clip: float = Field(default=1.0, gt=0)
+    """The gap log p_T - log p_S is clipped to +-clip on each token (unclipped, style tokens dominate)."""
+    beta: float = Field(default=1.0, ge=0)
+    """Weight of the dense signal in the advantage."""
+    granularity: Literal["token", "turn"] = "token"
+    """`turn`: each generation (a tool call or a summary) gets its tokens' mean signal on all of them."""
+
+
+@dataclass
+class Credited:
+    """Rows with dense advantages, and what the signal looked like."""
+
+    rows: list[Row]
+    metrics: dict[str, float]
+
+
+def with_dense_credit(
+    rows: Sequence[Row],
+    headers: Sequence[Sequence[int]],
+    model: Any,
+    config: CreditConfig,
+    temperature: float,
+    device: torch.device,
+) -> Credited:
+    """Each row with its per-token advantage (`credit.dense_advantages`): the teacher scores the row's own
+    tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task); the
+    student's log-probs are the sampler's. The rows' ids are not changed."""
+    if config.mode == "outcome":
+        return Credited(list(rows), {})
+    out, gaps, clipped = [], [], 0
+    for row, header in zip(rows, headers, strict=True):
+        (scored,) = teacher_logprobs(model, header, [row], temperature, device)
+        mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
+        t_lp = torch.tensor([scored], dtype=torch.float32)  # (1, T-1)
+        s_lp = torch.tensor([row.sampler_logprobs[1:]], dtype=torch.float32)  # (1, T-1)
+        signal = opsd_signal(t_lp, s_lp, mask, config.clip)  # (1, T-1)
+        gap = (t_lp - s_lp)[mask.bool()]
+        gaps.append(gap)
+        clipped += int((gap.abs() > config.clip).sum())
+        if config.granularity == "turn":
+            signal = turn_mean(signal, mask)
+        dense = dense_advantages(torch.tensor([row.advantage]), signal, mask, config.mode, config.beta)
+        out.append(replace(row, token_advantages=[float(v) for v in dense[0]]))
+    every = torch.cat(gaps) if gaps else torch.zeros(0)
+    metrics = {
+        "credit_gap_mean": float(every.mean()) if every.numel() else 0.0,
+        "credit_gap_p95": float(every.abs().quantile(0.95)) if every.numel() else 0.0,
+        "credit_clipped_fraction": clipped / every.numel() if every.numel() else 0.0,
+    }
+    return Credited(out, metrics)

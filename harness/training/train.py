@@ -48,10 +48,12 @@ from harness.training.checkpoint import (
     optimizer_state,
     save_checkpoint,
 )
+from harness.training.credit import privileged_header
 from harness.training.distributed import Processes
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
+from harness.training.teacher import CreditConfig, Credited, with_dense_credit
 from policies.base import TokenPolicy
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
@@ -113,6 +115,8 @@ class TrainConfig(BaseModel):
     (`harness/agent/scripted_tokens.py`). Every machine gets the same trajectories and rewards, so tests and
     demonstrations of the training path do not depend on what a tiny model happens to sample. In-process,
     synchronous runs only."""
+    credit: CreditConfig = Field(default_factory=CreditConfig)
+    """Dense credit from the task's privileged context (OPSD); by default the outcome alone."""
     log: LogConfig = Field(default_factory=LogConfig)
     """Where the metrics go besides metrics.jsonl: TensorBoard by default, W&B, MLflow."""
     device: str = "auto"
@@ -232,6 +236,8 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     rows, advantage_stats = (
         rows_from_trajectories(batch.trained, config.learner) if batch.trained else ([], {})
     )
+    credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
+    rows = credit.rows
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
     _record_token_stats(run.store, step, rows, learned.logprobs)
     run.policy.set_version(step + 1)
@@ -239,6 +245,7 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     metrics = {
         **step_metrics(batch.rolled),
         **advantage_stats,
+        **credit.metrics,
         **learned.metrics,
         **batch.staleness,
         "policy_version": float(step + 1),
@@ -325,10 +332,32 @@ class TrainingRun:
     writer: MetricsWriter
     closers: list[Callable[[], None]]
     """Called in order at the end: the batches, the rollouts, the writer, the servers."""
+    tasks: dict[str, Task]
+    teacher: Any
+    """The model that scores with the privileged header (`credit.teacher`); None for `credit.mode: outcome`."""
 
     def close(self) -> None:
         for close in self.closers:
             close()
+
+    def credit(self, rows: list[Row], trajectories: list[Trajectory]) -> Credited:
+        """`rows` with dense advantages when `credit.mode` asks for them (`harness/training/teacher.py`)."""
+        config = self.config.credit
+        if config.mode == "outcome" or not rows:
+            return Credited(rows, {})
+        task_of = {t.id: t.task_id for t in trajectories}
+        headers: dict[str, list[int]] = {}
+        for task_id in {task_of[row.source[0]] for row in rows if row.source is not None}:
+            text = privileged_header(self.tasks[task_id], config.privileged)
+            headers[task_id] = list(self.policy.tokenizer.encode(text, add_special_tokens=False))
+        return with_dense_credit(
+            rows,
+            [headers[task_of[row.source[0]]] if row.source is not None else [] for row in rows],
+            self.teacher,
+            config,
+            self.config.rollout.sampling.temperature,
+            self.processes.device,
+        )
 
 
 def _open_run(config: TrainConfig, processes: Processes, found: Path | None, resume: bool) -> TrainingRun:
@@ -375,7 +404,17 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         )
     writer = MetricsWriter(config.rollout.out, config.log, config.model_dump(mode="json"))
     closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
-    return TrainingRun(config, processes, steps, store, policy, learner, plan, batches, writer, closers)
+    teacher = None
+    if config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
+        teacher = policy.model if config.credit.teacher == "self" else _frozen(config, processes)
+    return TrainingRun(
+        config, processes, steps, store, policy, learner, plan, batches, writer, closers,
+        {t.id: t for t in tasks}, teacher,
+    )  # fmt: skip
+
+
+def _frozen(config: TrainConfig, processes: Processes) -> Any:
+    return HFPolicy(config.model, device=str(processes.device)).model.eval().requires_grad_(False)
 
 
 def _rollouts(

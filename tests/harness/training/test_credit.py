@@ -79,3 +79,30 @@ def test_the_teacher_scores_the_students_own_tokens_after_the_header(tiny_policy
     ]
     assert scored == pytest.approx(by_hand, abs=1e-4)
     assert scored != pytest.approx(plain, abs=1e-4)  # the header changes what the teacher expects
+
+
+def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_policy: object) -> None:
+    from harness.training.learner import Row
+    from harness.training.teacher import CreditConfig, teacher_logprobs, with_dense_credit
+
+    model = tiny_policy.model  # type: ignore[attr-defined]
+    cpu = torch.device("cpu")
+    row = Row(
+        ids=[5, 17, 301, 44, 9, 250, 12], mask=[0, 0, 1, 1, 0, 1, 1],
+        sampler_logprobs=[0.0, 0.0, -2.0, -9.0, 0.0, -7.5, -0.1], advantage=0.5, source=("t/0", 0),
+    )  # fmt: skip
+    header = [11, 12, 13, 14]
+    untouched = with_dense_credit([row], [header], model, CreditConfig(), 1.0, cpu)
+    assert untouched.rows == [row] and untouched.metrics == {}  # mode: outcome
+
+    config = CreditConfig(mode="opsd", clip=1.0, beta=2.0)
+    credited = with_dense_credit([row], [header], model, config, 1.0, cpu)
+    (out,) = credited.rows
+    assert out.ids == row.ids and out.mask == row.mask  # the student's row, header-free
+    (teacher,) = teacher_logprobs(model, header, [row], 1.0, cpu)
+    expected = [
+        2.0 * max(-1.0, min(1.0, t - s)) if m else 0.0
+        for t, s, m in zip(teacher, row.sampler_logprobs[1:], row.mask[1:], strict=True)
+    ]
+    assert out.token_advantages == pytest.approx(expected, abs=1e-5)
+    assert 0.0 <= credited.metrics["credit_clipped_fraction"] <= 1.0 and "credit_gap_p95" in credited.metrics

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from safetensors.torch import load_file
 
+from harness.rollouts.store import RunStore
 from harness.serve import create_app, running
 from harness.training.checkpoint import latest_checkpoint
 from harness.training.train import TrainConfig, train
@@ -134,3 +137,42 @@ def test_a_server_samples_and_reloads_every_steps_weights(tiny_model_path: Path,
 def test_the_sampler_must_be_a_token_server(tmp_path: Path) -> None:
     proc = harness("train", f"model={tmp_path}", "sampler=hf:/x")
     assert proc.returncode == 2 and "token server" in proc.stderr
+
+
+def test_opsd_credit_trains_on_header_free_rows_with_dense_advantages(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`credit.mode: outcome+opsd`: every row the learner gets is a trajectory segment's own ids (the
+    privileged header in none of them), with a per-token advantage; the step logs the signal."""
+    from harness.training.credit import privileged_header
+    from harness.training.learner import Learner
+    from harness.training.teacher import CreditConfig
+    from policies.hf import HFPolicy
+    from tasks.suite import load_suite
+
+    trained: list[Any] = []
+    step = Learner.grpo_step
+
+    def recording(self: Learner, rows: Any) -> dict[str, float]:
+        trained.extend(rows)
+        return step(self, rows)
+
+    monkeypatch.setattr(Learner, "grpo_step", recording)
+    credit = CreditConfig(mode="outcome+opsd", privileged=["gold_patch", "hidden_tests"])
+    run = config(tiny_model_path, tmp_path / "run", 1).model_copy(update={"credit": credit})
+    (metrics,) = train(run)
+    assert {"credit_gap_mean", "credit_gap_p95", "credit_clipped_fraction"} <= set(metrics)
+    segments = {
+        (t.id, s.index): s.ids_and_mask()[0]
+        for t in RunStore(tmp_path / "run").trajectories()
+        for s in t.segments
+    }
+    tokenizer = HFPolicy(tiny_model_path).tokenizer
+    headers = [tokenizer.encode(privileged_header(t, run.credit.privileged)) for t in load_suite(str(MINI))]
+    assert trained
+    for row in trained:
+        assert row.source is not None and row.ids == segments[row.source]
+        assert row.token_advantages is not None and len(row.token_advantages) == len(row.ids) - 1
+        for header in headers:
+            window = header[:32]
+            assert not any(row.ids[i : i + len(window)] == window for i in range(len(row.ids)))
