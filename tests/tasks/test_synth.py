@@ -480,7 +480,7 @@ synthesized on one backend, so both are proven on real code."""
 
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize(("requirement", "backend_name"), LIBRARIES)
-def test_ten_valid_tasks_from_a_real_library(
+def test_valid_tasks_from_a_real_library(
     requirement: str, backend_name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     require_backend(backend_name)
@@ -489,9 +489,10 @@ def test_ten_valid_tasks_from_a_real_library(
     assert any(source.rglob("test_*.py")), f"the {requirement} sdist ships no tests"
     out = tmp_path / "suite"
     args = ["tasks", "synth", "--repo", str(source), "--out", str(out), "--name", name]
-    assert main([*args, "--n", "10", "--backend", backend_name, "--no-validate", "--json"]) == 0
+    # Six tasks, each validated below (benchmarks/synth.py makes 20 of four libraries on both settings).
+    assert main([*args, "--n", "6", "--backend", backend_name, "--no-validate", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
-    assert len(report["tasks"]) == 10, report["trials"]
+    assert len(report["tasks"]) == 6, report["trials"]
 
     assert (
         main(
@@ -500,7 +501,7 @@ def test_ten_valid_tasks_from_a_real_library(
         == 0
     )
     results = json.loads(capsys.readouterr().out)
-    assert len(results) == 10
+    assert len(results) == 6
     for result in results:
         assert result["ok"], result
         assert result["gold_rewards"] == [1.0] and result["empty_rewards"] == [0.0], result

@@ -231,12 +231,13 @@ def test_replay_of_many_trajectories_on_a_terminal_goes_through_the_pager(
     main, child = pty.openpty()
     env = {**os.environ, "PAGER": f"cat > {paged}", "COLUMNS": "120", "TERM": "xterm"}
     env.pop("MANPAGER", None)
+    task = next(RunStore(scripted_training_run).trajectories()).task_id  # one task's rollouts: several
     proc = subprocess.run(
-        [*HARNESS, "replay", str(scripted_training_run)],
+        [*HARNESS, "replay", str(scripted_training_run), "--task", task],
         stdin=child, stdout=child, stderr=child, env=env, timeout=300,
     )  # fmt: skip
     os.close(child)
     os.close(main)
     assert proc.returncode == 0
-    count = sum(1 for _ in RunStore(scripted_training_run).trajectories())
+    count = sum(1 for t in RunStore(scripted_training_run).trajectories() if t.task_id == task)
     assert paged.read_text().count("reward") >= count > 1  # every trajectory went to the pager
