@@ -111,20 +111,35 @@ def chat_conversation(segment: Segment) -> list[dict[str, str]]:
     ]
 
 
-def token_conversations(t: Trajectory, system: str, task_prompt: str) -> list[list[dict[str, str]]]:
-    """A token policy's segments rebuilt as messages, the way its context grew (harness/agent/conversation.py)."""
+def token_conversations(
+    t: Trajectory, system: str, task_prompt: str, native: bool = False
+) -> list[list[dict[str, Any]]]:
+    """A token policy's segments rebuilt as messages, the way its context grew (harness/agent/conversation.py).
+    An assistant message is the model's text; with `native`, its tool call is taken out of the text into
+    `tool_calls` (arguments as an object), and the tool message answers that call."""
     conversations = []
-    opening = [{"role": "system", "content": system}, {"role": "user", "content": task_prompt}]
+    opening: list[dict[str, Any]] = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": task_prompt},
+    ]
     for segment in t.segments:
         messages = list(opening)
-        for turn in segment.turns:
+        for n, turn in enumerate(segment.turns):
             if turn.kind == "summary":
                 messages += [request_message(), {"role": "assistant", "content": turn.text}]
                 opening = resume_messages(system, task_prompt, turn.text)
                 continue
-            messages.append({"role": "assistant", "content": turn.text})
+            native_call = turn.tool_call if native else None
+            if native_call is not None:
+                call = {"name": native_call.name, "arguments": _object(native_call.arguments)}
+                content = turn.text.split("<tool_call>", 1)[0].strip()
+                calls = [{"id": f"call_{n}", "type": "function", "function": call}]
+                messages.append({"role": "assistant", "content": content, "tool_calls": calls})
+            else:
+                messages.append({"role": "assistant", "content": turn.text})
             if turn.observation is not None:
-                messages.append({"role": "tool", "content": turn.observation})
+                answer = {"tool_call_id": f"call_{n}"} if native_call is not None else {}
+                messages.append({"role": "tool", "content": turn.observation, **answer})
         conversations.append(messages)
     return conversations
 
@@ -158,38 +173,10 @@ def sft_rows(
 
 def tool_conversations(t: Trajectory, system: str, task_prompt: str) -> list[list[dict[str, Any]]]:
     """Each segment as messages with native tool calls: chat trajectories as they were sent (arguments
-    read back into objects), token ones rebuilt the way their context grew, the call taken out of the
-    text it was written in."""
+    read back into objects), token ones rebuilt with `token_conversations(native=True)`."""
     if all(s.messages for s in t.segments):
         return [[_native(m) for m in s.messages] for s in t.segments]
-    conversations = []
-    opening: list[dict[str, Any]] = [
-        {"role": "system", "content": system},
-        {"role": "user", "content": task_prompt},
-    ]
-    for segment in t.segments:
-        messages = list(opening)
-        for n, turn in enumerate(segment.turns):
-            if turn.kind == "summary":
-                messages += [request_message(), {"role": "assistant", "content": turn.text}]
-                opening = resume_messages(system, task_prompt, turn.text)
-                continue
-            if turn.tool_call is None:
-                messages.append({"role": "assistant", "content": turn.text})
-            else:
-                call = {"name": turn.tool_call.name, "arguments": _object(turn.tool_call.arguments)}
-                messages.append(
-                    {
-                        "role": "assistant",
-                        "content": turn.text.split("<tool_call>", 1)[0].strip(),
-                        "tool_calls": [{"id": f"call_{n}", "type": "function", "function": call}],
-                    }
-                )
-            if turn.observation is not None:
-                answer = {"tool_call_id": f"call_{n}"} if turn.tool_call is not None else {}
-                messages.append({"role": "tool", "content": turn.observation, **answer})
-        conversations.append(messages)
-    return conversations
+    return token_conversations(t, system, task_prompt, native=True)
 
 
 def _native(message: dict[str, Any]) -> dict[str, Any]:
