@@ -24,7 +24,9 @@ import torch
 from torch import Tensor
 
 Scale = Literal["none", "group", "batch"]
-AggMode = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+AggMode = Literal[
+    "token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+]
 ISMode = Literal["truncate", "mask", "none"]
 
 # exp(20) ~ 5e8: a log-ratio beyond this is already "infinitely off-policy"; clamping keeps exp() finite
@@ -223,6 +225,12 @@ def aggregate(
         verl `loss_agg_mode="token-mean"` (with `batch_num_tokens`); TRL `loss_type="dapo"` (normalised
         by `num_items_in_batch`, the step's tokens). TRL `loss_type="bnpo"` is the same formula over
         the local micro-batch only (norm_tokens=None here).
+      - "token-sum": the plain sum, no normaliser: the step's loss grows with its tokens (the learning
+        rate must be set for it). verl's newest `seq-mean-token-sum-norm` with `loss_scale_factor=1`
+        is this; TRL has no counterpart.
+      - "seq-mean-token-sum": mean over rows of the row sum: each sequence's whole loss counts, so long
+        sequences weigh more (a sequence-level REINFORCE objective). verl `"seq-mean-token-sum"`; no
+        TRL counterpart.
       - "seq-mean-token-mean": mean over rows of (row sum / row tokens): GRPO as written in
         DeepSeekMath eq. 3 (1/G sum_i 1/|o_i| sum_t). verl `"seq-mean-token-mean"`; TRL
         `loss_type="grpo"`.
@@ -244,6 +252,10 @@ def aggregate(
     if mode == "token-mean":
         n_tokens = norm_tokens if norm_tokens is not None else row_tokens.sum().clamp(min=1)
         return row_sum.sum() / n_tokens  # ()
+    if mode == "token-sum":
+        return row_sum.sum()  # ()
+    if mode == "seq-mean-token-sum":
+        return row_sum.sum() / n_seqs  # ()
     if mode == "seq-mean-token-mean":
         row_mean = row_sum / row_tokens.clamp(min=1)  # (S,) 0 for empty rows
         return row_mean.sum() / n_seqs  # ()

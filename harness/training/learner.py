@@ -20,12 +20,23 @@ from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
 from harness.agent.trajectory import Trajectory
-from harness.training.grpo import AggMode, ISMode, Scale, group_advantages, grpo_loss
+from harness.training import family
+from harness.training.family import KLEstimator
+from harness.training.grpo import (
+    AggMode,
+    ISMode,
+    Scale,
+    aggregate,
+    entropy_from_logits,
+    group_advantages,
+    importance_weights,
+    policy_loss,
+)
 
 
 class LearnerConfig(BaseModel):
@@ -41,8 +52,14 @@ class LearnerConfig(BaseModel):
     """Global gradient-norm clip."""
     micro_batch_tokens: int = Field(default=16_384, ge=64)
     """Token budget of one micro-batch (rows x longest row, padding included)."""
+    advantage: Literal["grpo", "rloo", "gpg"] = "grpo"
+    """How a trajectory's advantage comes from its group's rewards: `grpo`, the reward minus the group mean
+    (scaled as `advantage_scale` says); `rloo`, minus the mean of the others (verl `adv_estimator=rloo`);
+    `gpg`, minus the group mean times B / B_valid (GPG; verl `adv_estimator=gpg`). docs/algorithms.md."""
     advantage_scale: Scale = "none"
-    """`none`: A = r - group mean (Dr. GRPO); `group` / `batch`: also divide by that std."""
+    """`none`: A = r - group mean (Dr. GRPO); `group` / `batch`: also divide by that std (`grpo` only)."""
+    std_eps: float = Field(default=1e-6, gt=0)
+    """Added to the std that `advantage_scale: group | batch` divides by: verl 1e-6, TRL 1e-4."""
     drop_uniform_groups: bool = False
     """Leave out groups whose rewards are all equal (their advantage is 0 anyway)."""
     clip_low: float = Field(default=0.2, ge=0)
@@ -54,10 +71,26 @@ class LearnerConfig(BaseModel):
     dual_clip: float | None = Field(default=3.0, gt=1)
     """For A < 0, the per-token loss is at most -A * dual_clip (dual-clip PPO, verl `clip_ratio_c`); None
     turns it off. Inactive for now, as `clip_low`."""
+    policy_loss: Literal["ppo", "gspo", "cispo", "sapo", "gpg"] = "ppo"
+    """The per-token surrogate: `ppo` (clip, clip-higher, dual clip; GRPO's), `gspo` (one clipped ratio per
+    segment, Qwen3; set `clip_low`/`clip_high` to the paper's 3e-4 / 4e-4), `cispo` (clipped weight
+    without gradient times log p, MiniMax-M1; bounds from `clip_low`/`clip_high`), `sapo` (a soft gate,
+    `sapo_tau_pos`/`_neg`), `gpg` (-A log p). verl `policy_loss.loss_mode`; docs/algorithms.md."""
+    sapo_tau_pos: float = Field(default=1.0, gt=0)
+    """SAPO's gate temperature where A > 0 (TRL `sapo_temperature_pos`, verl `tau_pos`)."""
+    sapo_tau_neg: float = Field(default=1.05, gt=0)
+    """SAPO's gate temperature where A <= 0 (TRL `sapo_temperature_neg`, verl `tau_neg`)."""
+    ratio_against: Literal["learner", "sampler"] = "learner"
+    """What the policy ratio is taken against. `learner`: the learner's own log-probs before this update;
+    with one update per batch the ratio is 1, so clips and gates are inactive and `importance` corrects
+    the sampler's mismatch. `sampler`: the log-probs stored with the rollout (verl's rollout-correction
+    bypass mode), so the clip acts on the sampler's mismatch and on async staleness; `importance` must
+    then be `none`, since the ratio already is the correction."""
     loss_agg: AggMode = "token-mean"
     """How per-token losses become one scalar: `token-mean` (every token weighs the same, DAPO),
-    `seq-mean-token-mean` (every segment row the same, GRPO), `seq-mean-token-sum-norm` (Dr. GRPO, needs
-    `max_len`)."""
+    `token-sum` (no normaliser), `seq-mean-token-mean` (every segment row the same, GRPO; verl's choice
+    for GSPO and SAPO), `seq-mean-token-sum` (each row's summed loss, averaged over rows),
+    `seq-mean-token-sum-norm` (Dr. GRPO, needs `max_len`)."""
     max_len: int | None = None
     """The constant of `seq-mean-token-sum-norm` (Dr. GRPO): the generation budget."""
     importance: ISMode = "truncate"
@@ -65,8 +98,31 @@ class LearnerConfig(BaseModel):
     importance_cap: float = Field(default=2.0, gt=1)
     """Most an importance weight can be under `truncate`. `mask` ignores it and drops the tokens whose
     weight is outside [0.5, 2]."""
+    importance_level: Literal["token", "sequence"] = "token"
+    """`token`: one importance weight per token; `sequence`: one per segment row, the product of its
+    tokens' (verl `rollout_is="sequence"`, TRL `sequence_truncate` / `sequence_mask`)."""
+    importance_batch_normalize: bool = False
+    """Divide the importance weights by their mean (over the micro-batch's tokens or rows), so they reweigh
+    without rescaling (verl `rollout_is_batch_normalize`)."""
+    rejection_band: tuple[float, float] | None = None
+    """Leave out whole segment rows whose geometric-mean ratio learner / sampler is outside [low, high]
+    (verl `rollout_rs="seq_mean_k1"`); None keeps every row."""
+    mask_truncated: bool = False
+    """Leave out of the loss the tokens of generations cut off by the token limit (finish reason
+    `length`; DAPO's overlong filtering, TRL `mask_truncated_completions`)."""
+    top_entropy_quantile: float = Field(default=1.0, ge=0, le=1)
+    """Keep in the policy loss only this top fraction of the micro-batch's model tokens by entropy ("Beyond
+    the 80/20 Rule", 0.2 there; TRL `top_entropy_quantile`); 1 keeps every token."""
     kl_coef: float = Field(default=0.0, ge=0)
-    """Weight of the k3 KL to the reference model (the starting weights) in the loss; 0 turns it off."""
+    """Weight of the KL to the reference model (the starting weights) in the loss; 0 turns it off."""
+    kl_estimator: KLEstimator = "k3"
+    """The per-token KL estimate in the loss: k1, k2, k3, abs, or low_var (k3 clamped to +-10, verl's
+    `low_var_kl`). verl `kl_loss_type`; TRL always k3."""
+    kl_bias_correction: bool = False
+    """Weight the KL estimate by pi / pi_old (DeepSeek-V3.2's unbiased KL; TRL `use_bias_correction_kl`)."""
+    kl_in_reward: float = Field(default=0.0, ge=0)
+    """Take coef x the trajectory's summed k1 KL (sampler vs reference log-probs) off its reward before the
+    advantages (verl `use_kl_in_reward` with a fixed `kl_coef`); 0 turns it off."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (off by default)."""
     activation_checkpointing: bool = False
@@ -75,6 +131,19 @@ class LearnerConfig(BaseModel):
     """bfloat16 autocast on GPU; the CPU path stays float32."""
     parallel: Literal["replicate", "fsdp"] = "replicate"
     """With several processes: all-reduced gradients over full replicas, or FSDP2 sharding."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LearnerConfig:
+        if self.ratio_against == "sampler" and self.importance != "none":
+            raise ValueError(
+                "ratio_against: sampler takes the ratio against the sampler's log-probs, which already"
+                " corrects for it: set importance: none as well"
+            )
+        if self.rejection_band is not None and not 0 <= self.rejection_band[0] < 1 < self.rejection_band[1]:
+            raise ValueError(
+                f"rejection_band must be [low, high] with low < 1 < high, got {self.rejection_band}"
+            )
+        return self
 
 
 @dataclass(frozen=True)
@@ -93,28 +162,25 @@ class Row:
 
 
 def rows_from_trajectories(
-    trajectories: Sequence[Trajectory], config: LearnerConfig
+    trajectories: Sequence[Trajectory], config: LearnerConfig, reward_offsets: Sequence[float] | None = None
 ) -> tuple[list[Row], dict[str, float]]:
     """Group advantages, broadcast to every segment of each trajectory (contract 3).
 
     Rollouts marked infra_error, and those whose ids were not verified or not trainable, take no part
-    in the advantage statistics and give no rows (contract 4, contract 1).
+    in the advantage statistics and give no rows (contract 4, contract 1). `reward_offsets` are taken off
+    the rewards first (the KL in the reward, `Learner.trajectory_kl`).
     """
     rewards = torch.tensor([t.reward for t in trajectories], dtype=torch.float64)  # (N,)
+    if reward_offsets is not None:
+        rewards = rewards - torch.tensor(list(reward_offsets), dtype=torch.float64)  # (N,)
     valid = torch.tensor(
         [t.status != "infra_error" and t.trainable and t.ids_verified for t in trajectories]
     )  # (N,)
-    advantages, kept = group_advantages(
-        rewards, [t.group_id for t in trajectories], valid, config.advantage_scale, config.drop_uniform_groups
-    )  # (N,), (N,)
+    advantages, kept = trajectory_advantages(rewards, [t.group_id for t in trajectories], valid, config)
     rows = []
     for t, advantage, keep in zip(trajectories, advantages.tolist(), kept.tolist(), strict=True):
-        if not keep:
-            continue
-        for segment in t.segments:
-            ids, mask, logprobs = segment.ids_and_mask()
-            if sum(mask):
-                rows.append(Row(ids, mask, logprobs, advantage, source=(t.id, segment.index)))
+        if keep:
+            rows += segment_rows(t, advantage, config.mask_truncated)
     kept_adv = advantages[kept]
     stats = {
         "advantage_mean": kept_adv.mean().item() if kept_adv.numel() else 0.0,
@@ -123,6 +189,42 @@ def rows_from_trajectories(
         "trajectories_excluded": float((~valid).sum().item()),
     }
     return rows, stats
+
+
+def trajectory_advantages(
+    rewards: Tensor, group_ids: Sequence[str], valid: Tensor, config: LearnerConfig
+) -> tuple[Tensor, Tensor]:
+    """(N,) advantages by `config.advantage`, and (N,) the rows kept (valid, and not in a uniform group
+    when `drop_uniform_groups`)."""
+    advantages, kept = group_advantages(
+        rewards, group_ids, valid, config.advantage_scale, config.drop_uniform_groups, config.std_eps
+    )  # (N,), (N,)
+    if config.advantage == "rloo":
+        advantages = family.rloo_advantages(rewards, group_ids, valid)  # (N,)
+    elif config.advantage == "gpg":
+        advantages = family.gpg_advantages(rewards, group_ids, valid)  # (N,)
+    return advantages, kept
+
+
+def segment_rows(trajectory: Trajectory, advantage: float, mask_truncated: bool) -> list[Row]:
+    """One row per segment with a model token; with `mask_truncated`, the tokens of generations the token
+    limit cut off are not trained on (a row left without one is dropped)."""
+    rows = []
+    for segment in trajectory.segments:
+        ids, mask, logprobs = segment.ids_and_mask()
+        if mask_truncated:
+            cut = [0] * len(segment.prompt_ids)
+            for turn in segment.turns:
+                cut += [turn.finish_reason == "length"] * len(turn.generated_ids) + [0] * len(
+                    turn.appended_ids
+                )
+            kept = family.truncated_masked(
+                torch.tensor([mask]), torch.tensor([cut], dtype=torch.bool)
+            )  # (1, L)
+            mask = kept[0].tolist()
+        if sum(mask):
+            rows.append(Row(ids, mask, logprobs, advantage, source=(trajectory.id, segment.index)))
+    return rows
 
 
 def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
@@ -197,6 +299,77 @@ def token_logprobs(
     return out, logits
 
 
+def objective(
+    config: LearnerConfig,
+    logprobs: Tensor,
+    logits: Tensor,
+    batch: MicroBatch,
+    reference: Tensor | None,
+    norm_tokens: int,
+    norm_seqs: int,
+) -> tuple[Tensor, dict[str, float]]:
+    """The scalar loss of one micro-batch, composed as `config` says: the per-token surrogate
+    (`surrogate`), times the importance weights, on the tokens kept by rejection and entropy selection,
+    plus the KL to the reference and minus the entropy bonus, then aggregated over the step's totals.
+    With the defaults it is `grpo.grpo_loss`. logprobs (with grad), reference: (B, T-1); logits: (N, V)
+    of the mask-1 positions."""
+    mask = batch.mask  # (B, T-1)
+    old = batch.sampler if config.ratio_against == "sampler" else logprobs.detach()  # (B, T-1)
+    per_token, metrics = surrogate(config, logprobs, old, batch.advantage, mask)  # (B, T-1)
+    if config.importance != "none":
+        if config.importance_level == "token":
+            weights, _, is_metrics = importance_weights(
+                logprobs.detach(), batch.sampler, mask, config.importance, config.importance_cap
+            )  # (B, T-1)
+        else:
+            mode: Literal["truncate", "mask"] = "truncate" if config.importance == "truncate" else "mask"
+            weights, is_metrics = family.sequence_importance_weights(
+                logprobs.detach(), batch.sampler, mask, mode, config.importance_cap
+            )  # (B, T-1)
+        if config.importance_batch_normalize:
+            weights = family.batch_normalized(weights, mask, config.importance_level)  # (B, T-1)
+        per_token = per_token * weights  # (B, T-1)
+        metrics |= is_metrics
+    if config.rejection_band is not None:
+        kept, rs_metrics = family.geometric_rejection(
+            logprobs.detach(), batch.sampler, mask, config.rejection_band
+        )
+        per_token = per_token * kept  # (B, T-1) rejected rows keep their place in the denominators
+        metrics |= rs_metrics
+    entropy = torch.zeros_like(mask)  # (B, T-1)
+    if config.top_entropy_quantile < 1.0 or config.entropy_coef:  # a softmax over (N, V): only when asked
+        entropy[mask.bool()] = entropy_from_logits(logits).to(entropy.dtype)
+    if config.top_entropy_quantile < 1.0:
+        per_token = per_token * family.top_entropy_mask(entropy.detach(), mask, config.top_entropy_quantile)
+    if reference is not None and config.kl_coef > 0:
+        kl = family.kl_estimate(logprobs, reference.detach(), config.kl_estimator)  # (B, T-1)
+        if config.kl_bias_correction:
+            kl = family.kl_bias_corrected(kl, logprobs, old)  # (B, T-1)
+        per_token = per_token + config.kl_coef * kl  # (B, T-1)
+        metrics["kl_ref"] = aggregate(kl.detach(), mask, "token-mean").item()
+    if config.entropy_coef:
+        per_token = per_token - config.entropy_coef * entropy  # (B, T-1)
+    loss = aggregate(per_token, mask, config.loss_agg, norm_tokens, norm_seqs, config.max_len)  # ()
+    return loss, metrics
+
+
+def surrogate(
+    config: LearnerConfig, logprobs: Tensor, old: Tensor, advantages: Tensor, mask: Tensor
+) -> tuple[Tensor, dict[str, float]]:
+    """The per-token policy loss `config.policy_loss` names (grpo.py, family.py). All (B, T-1)."""
+    if config.policy_loss == "ppo":
+        return policy_loss(
+            logprobs, old, advantages, mask, config.clip_low, config.clip_high, config.dual_clip
+        )
+    if config.policy_loss == "gspo":
+        return family.gspo_loss(logprobs, old, advantages, mask, config.clip_low, config.clip_high)
+    if config.policy_loss == "cispo":
+        return family.cispo_loss(logprobs, old, advantages, mask, config.clip_low, config.clip_high)
+    if config.policy_loss == "sapo":
+        return family.sapo_loss(logprobs, old, advantages, mask, config.sapo_tau_pos, config.sapo_tau_neg)
+    return family.gpg_loss(logprobs, advantages, mask)
+
+
 class MaskedLogprobs(torch.nn.Module):
     """`token_logprobs` as a module, so that FSDP2 can shard it at the root: its forward is where the
     root's parameters (embeddings, final norm, LM head, tied or not) are gathered and their gradients
@@ -238,9 +411,9 @@ class Learner:
         temperature: float = 1.0,
         reference: torch.nn.Module | None = None,
     ) -> None:
-        """`reference`: a frozen copy of the starting weights, needed when `config.kl_coef` > 0."""
-        if config.kl_coef > 0 and reference is None:
-            raise ValueError("learner.kl_coef > 0 needs a reference model")
+        """`reference`: a frozen copy of the starting weights, needed for a KL (`kl_coef`, `kl_in_reward`)."""
+        if (config.kl_coef > 0 or config.kl_in_reward > 0) and reference is None:
+            raise ValueError("learner.kl_coef > 0 and learner.kl_in_reward > 0 need a reference model")
         self.reference = reference
         self.model = model
         self.config = config
@@ -291,6 +464,32 @@ class Learner:
         dist.all_reduce(t, op=op)
         return float(t.item())
 
+    def _reference_logprobs(self, batch: MicroBatch) -> Tensor:
+        """(B, T-1) the frozen reference's log-probs of the batch's tokens, where its mask is 1."""
+        if self.reference is None:
+            raise ValueError("a KL to the reference needs a reference model")
+        with torch.no_grad(), self._autocast():
+            reference, _ = token_logprobs(
+                self.reference, batch.input_ids, batch.attention_mask, self.temperature, batch.mask
+            )
+        return reference
+
+    def trajectory_kl(self, trajectories: Sequence[Trajectory]) -> list[float]:
+        """Each trajectory's summed k1 KL, sampler vs reference log-probs, over its model tokens in every
+        segment (for `kl_in_reward`; 0 for a trajectory without a trainable segment)."""
+        rows = [r for t in trajectories for r in segment_rows(t, 0.0, mask_truncated=False)]
+        owner = {t.id: i for i, t in enumerate(trajectories)}
+        kl = torch.zeros(len(trajectories), dtype=torch.float64)  # (N,)
+        for indices in micro_batches([len(r.ids) for r in rows], self.config.micro_batch_tokens):
+            batch = collate([rows[i] for i in indices], self.pad_id, self.device)
+            estimate = family.kl_estimate(batch.sampler, self._reference_logprobs(batch), "k1")  # (B, T-1)
+            owners = torch.tensor([owner[source[0]] for i in indices if (source := rows[i].source)])  # (B,)
+            _, summed = family.kl_in_reward(
+                kl.new_zeros(kl.shape), estimate.cpu(), owners, batch.mask.cpu(), 1.0
+            )
+            kl += summed  # (N,)
+        return kl.tolist()
+
     def grpo_step(self, rows: Sequence[Row]) -> dict[str, float]:
         """One optimizer step on all rows of a batch; returns the step's metrics."""
         metrics = self.accumulate_grpo(rows)
@@ -321,38 +520,16 @@ class Learner:
                 if source is not None:
                     where = batch.mask[b].bool()  # (T-1,)
                     self.learner_logprobs[source] = logprobs[b][where].tolist()
-            reference = None
-            if self.reference is not None and self.config.kl_coef > 0:
-                with torch.no_grad(), self._autocast():
-                    reference, _ = token_logprobs(
-                        self.reference,
-                        batch.input_ids,
-                        batch.attention_mask,
-                        self.temperature,
-                        batch.mask,
-                    )  # (B, T-1)
-            loss, metrics = grpo_loss(
+            reference = self._reference_logprobs(batch) if self.config.kl_coef > 0 else None  # (B, T-1)
+            loss, metrics = objective(
+                self.config,
                 logprobs,
-                logprobs.detach(),  # one update per batch: the ratio is 1 and the clip is inactive
-                batch.advantage,
-                batch.mask,
-                sampler_logprobs=batch.sampler,
-                is_mode=self.config.importance,
-                is_cap=self.config.importance_cap,
-                clip_low=self.config.clip_low,
-                clip_high=self.config.clip_high,
-                dual_clip=self.config.dual_clip,
-                agg_mode=self.config.loss_agg,
-                norm_tokens=max(1, int(norm_tokens)),
-                norm_seqs=max(1, int(norm_seqs)),
-                max_len=self.config.max_len,
-                ref_logprobs=reference,
-                kl_coef=self.config.kl_coef,
+                logits,
+                batch,
+                reference,
+                max(1, int(norm_tokens)),
+                max(1, int(norm_seqs)),
             )
-            if self.config.entropy_coef:
-                probs = torch.softmax(logits, dim=-1)  # (N, V)
-                entropy = -(probs * torch.log_softmax(logits, dim=-1)).sum(-1)  # (N,)
-                loss = loss - self.config.entropy_coef * entropy.sum() / max(1.0, norm_tokens)
             loss.backward()
             tokens = float(batch.mask.sum().item())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.item())

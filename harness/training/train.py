@@ -233,9 +233,7 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     config = run.config
     batch = run.batches.next(step)
     rolled = time.monotonic()
-    rows, advantage_stats = (
-        rows_from_trajectories(batch.trained, config.learner) if batch.trained else ([], {})
-    )
+    rows, advantage_stats = _rows(run, batch.trained)
     credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
     rows = credit.rows
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
@@ -467,6 +465,19 @@ class Learned:
     """When a checkpoint is due: the whole optimizer state (on rank 0)."""
 
 
+def _rows(run: TrainingRun, trained: list[Trajectory]) -> tuple[list[Row], dict[str, float]]:
+    """The step's rows and advantage statistics; with `learner.kl_in_reward`, each reward first loses
+    coef x its trajectory's KL to the reference."""
+    if not trained:
+        return [], {}
+    coef = run.config.learner.kl_in_reward
+    if coef == 0:
+        return rows_from_trajectories(trained, run.config.learner)
+    kl = run.learner.trajectory_kl(trained)
+    rows, stats = rows_from_trajectories(trained, run.config.learner, [coef * k for k in kl])
+    return rows, stats | {"kl_in_reward_mean": sum(kl) / len(kl)}
+
+
 def learn(
     processes: Processes,
     learner: Learner,
@@ -502,7 +513,7 @@ def _start_learner(
         model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
     reference = None
-    if config.learner.kl_coef > 0:  # the KL anchor is the run's starting weights, frozen
+    if config.learner.kl_coef > 0 or config.learner.kl_in_reward > 0:  # the KL anchor: the starting weights
         reference = HFPolicy(config.model, device=device).model.eval().requires_grad_(False)
     learner = Learner(
         model,
