@@ -1,13 +1,16 @@
-"""Learner throughput and model FLOPs utilisation of a Qwen2.5-0.5B-shaped model on one GPU.
+"""Learner throughput, model FLOPs utilisation and peak memory on one GPU, packed and padded side by side.
 
-    .venv/bin/python benchmarks/gpu_learner.py [--tiny] [--peak-tflops N] [--bf16-weights]
-        [--micro-batch-tokens N] [--no-checkpointing] [--profile] [--json PATH]
+    .venv/bin/python benchmarks/gpu_learner.py [--tiny] [--shapes 0.5b,1.5b] [--packing on,off]
+        [--peak-tflops N] [--bf16-weights] [--micro-batch-tokens N] [--checkpointing auto|all|off]
+        [--profile] [--json PATH]
 
-The model has Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 query and 2 key-value heads, MLP 4864,
-vocabulary 151,936, tied embeddings) with random weights: nothing is downloaded. Our `Learner` trains
-it as a run would (`dtype="bfloat16"`: float32 weights and AdamW, bfloat16 autocast; activation
-checkpointing on) on one batch of segments whose lengths are spread evenly up to 8,192 tokens. After
-one warm-up step, each timed step is one `grpo_step` (forward, backward, clip, AdamW).
+The models have Qwen2.5-0.5B's shape (hidden 896, 24 layers, 14 query and 2 key-value heads, MLP 4864,
+vocabulary 151,936, tied embeddings) and Qwen2.5-1.5B's (hidden 1536, 28 layers, 12 and 2 heads, MLP
+8960), with random weights: nothing is downloaded. For each shape and each of packing on and off (one
+after the other, in one run), our `Learner` trains it as a run would (`dtype="bfloat16"`: float32 weights
+and AdamW, bfloat16 autocast; activation checkpointing chosen by the memory the micro-batch needs,
+`auto`) on one batch of segments whose lengths are spread evenly up to 8,192 tokens. After one warm-up
+step, each timed step is one `grpo_step` (forward, backward, clip, AdamW).
 
     tokens/s = real tokens of the batch (no padding) / step time
     MFU      = 6 x parameters x real tokens / step time / the GPU's peak dense bfloat16 FLOP/s
@@ -33,13 +36,16 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from learner import Plan, make_segments, our_rows  # benchmarks/learner.py
 from rich.console import Console
+from rich.table import Table
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from harness.training.learner import Learner, LearnerConfig, micro_batches
+from harness.training.learner import Learner, LearnerConfig, micro_batch_positions, micro_batches
+from harness.training.packing import attention_work
 
 
 @dataclass(frozen=True)
@@ -55,8 +61,12 @@ class Shape:
 QWEN25_05B = Shape(
     vocab_size=151936, hidden_size=896, intermediate_size=4864, layers=24, heads=14, kv_heads=2
 )
+QWEN25_15B = Shape(
+    vocab_size=151936, hidden_size=1536, intermediate_size=8960, layers=28, heads=12, kv_heads=2
+)
+SHAPES = {"0.5b": QWEN25_05B, "1.5b": QWEN25_15B}
 TINY = Shape(vocab_size=2048, hidden_size=64, intermediate_size=256, layers=2, heads=4, kv_heads=2)
-FULL = Plan(segments=64, min_len=256, max_len=8192, reps=5)
+FULL = Plan(segments=64, min_len=256, max_len=8192, reps=3)
 SMOKE = Plan(segments=8, min_len=64, max_len=512, reps=2)
 
 PEAK_TFLOPS = {
@@ -72,7 +82,7 @@ PEAK_TFLOPS = {
 words in the device's name counts ("NVIDIA H100 80GB HBM3", "NVIDIA A100-SXM4-80GB"), so the more
 specific come first."""
 
-console = Console(width=max(Console().width, 110))
+console = Console(width=max(Console().width, 160))
 
 
 @dataclass
@@ -81,12 +91,18 @@ class Results:
     shape: Shape
     parameters: int
     weights: str
-    activation_checkpointing: bool
+    packing: bool
+    activation_checkpointing: str
+    checkpoint_every: int | None
+    """Every k-th layer checkpointed (1: all), None: none; `auto` chooses it."""
     micro_batch_tokens: int
     lengths: list[int]
     real_tokens: int
     computed_tokens: int
-    """Rows x longest row over the micro-batches: padding included."""
+    """Positions the model computes: rows x longest row over the micro-batches padded, the real tokens
+    packed."""
+    attention_pairs: int
+    """Query-key pairs one attention layer and head scores over the step."""
     micro_batches: int
     step_s: list[float]
     median_s: float
@@ -134,18 +150,22 @@ def measure(
     micro_batch_tokens: int,
     bf16_weights: bool,
     peak: float | None,
-    checkpointing: bool = True,
+    packing: bool,
+    checkpointing: Literal["off", "all", "auto"] = "auto",
     profile: bool = False,
 ) -> Results:
     model = build_model(shape, device, bf16_weights)
     config = LearnerConfig(
-        micro_batch_tokens=micro_batch_tokens, dtype="bfloat16", activation_checkpointing=checkpointing
+        micro_batch_tokens=micro_batch_tokens,
+        dtype="bfloat16",
+        activation_checkpointing=checkpointing,
+        packing=packing,
     )
     learner = Learner(model, config, pad_id=0)
     parameters = sum(p.numel() for p in model.parameters())
     rows = our_rows(make_segments(plan, shape.vocab_size))
     lengths = [len(r.ids) for r in rows]
-    batches = micro_batches(lengths, micro_batch_tokens)
+    batches = micro_batches(lengths, micro_batch_tokens, packing)
 
     def step() -> float:
         t0 = time.perf_counter()
@@ -174,11 +194,14 @@ def measure(
         shape=shape,
         parameters=parameters,
         weights="bfloat16" if bf16_weights else "float32 (bfloat16 autocast)",
+        packing=packing,
         activation_checkpointing=checkpointing,
+        checkpoint_every=learner.checkpoint_every,
         micro_batch_tokens=micro_batch_tokens,
         lengths=lengths,
         real_tokens=real,
-        computed_tokens=sum(len(b) * lengths[b[0]] for b in batches),  # the first row of each is its longest
+        computed_tokens=sum(micro_batch_positions(lengths, b, packing) for b in batches),
+        attention_pairs=sum(attention_work([lengths[i] for i in b], packing) for b in batches),
         micro_batches=len(batches),
         step_s=times,
         median_s=median,
@@ -201,28 +224,33 @@ def print_profile(step: Callable[[], float]) -> None:
     print(prof.key_averages().table(sort_by=sort_by, row_limit=15, max_name_column_width=50), flush=True)
 
 
-def print_report(res: Results) -> None:
+def print_report(results: list[Results]) -> None:
+    first = results[0]
     console.print(
-        f"\n[bold]GPU learner benchmark[/] on {res.device}: Qwen2 of {res.parameters:,} parameters, "
-        f"weights {res.weights}, activation checkpointing {'on' if res.activation_checkpointing else 'off'}"
+        f"\n[bold]GPU learner benchmark[/] on {first.device}: {len(first.lengths)} segments of "
+        f"{min(first.lengths):,}-{max(first.lengths):,} tokens, {first.real_tokens:,} real tokens; "
+        f"micro-batches of at most {first.micro_batch_tokens:,} positions; weights {first.weights}"
     )
-    padding = 1 - res.real_tokens / res.computed_tokens
-    console.print(
-        f"{len(res.lengths)} segments of {min(res.lengths):,}-{max(res.lengths):,} tokens, "
-        f"{res.real_tokens:,} real tokens; micro-batches of at most {res.micro_batch_tokens:,} tokens: "
-        f"{res.micro_batches}, {padding:.0%} padding"
-    )
-    spread = f"{min(res.step_s):.2f}-{max(res.step_s):.2f}"
-    console.print(f"step: {res.median_s:.2f} s median ({spread}), {res.tokens_per_s:,.0f} tokens/s")
-    if res.mfu is None or res.mfu_with_attention is None:
+    table = Table(title="one optimizer step, median (min-max) of the timed steps, side by side in one run")
+    columns = ("model", "packing", "checkpointing", "micro-batches", "padding", "attention pairs",
+               "step s", "tokens/s", "MFU 6N", "MFU +attn", "peak GiB")  # fmt: skip
+    for col in columns:
+        table.add_column(col, justify="left" if col in ("model", "packing", "checkpointing") else "right")
+    for r in results:
+        every = "none" if r.checkpoint_every is None else f"every {r.checkpoint_every}"
+        table.add_row(
+            f"{r.parameters / 1e9:.2f} B", "on" if r.packing else "off", f"{r.activation_checkpointing}: {every}",
+            str(r.micro_batches), f"{1 - r.real_tokens / r.computed_tokens:.0%}", f"{r.attention_pairs:,}",
+            f"{r.median_s:.2f} ({min(r.step_s):.2f}-{max(r.step_s):.2f})", f"{r.tokens_per_s:,.0f}",
+            "-" if r.mfu is None else f"{r.mfu:.1%}",
+            "-" if r.mfu_with_attention is None else f"{r.mfu_with_attention:.1%}",
+            "-" if r.peak_memory_gib is None else f"{r.peak_memory_gib:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    if first.peak_tflops is None:
         console.print("MFU: no peak known for this device (give --peak-tflops)")
     else:
-        console.print(
-            f"MFU: {res.mfu:.1%} (6N), {res.mfu_with_attention:.1%} with attention, "
-            f"of {res.peak_tflops:g} TFLOP/s dense bfloat16"
-        )
-    if res.peak_memory_gib is not None:
-        console.print(f"peak memory allocated: {res.peak_memory_gib:.1f} GiB")
+        console.print(f"MFU against {first.peak_tflops:g} TFLOP/s dense bfloat16")
 
 
 def main() -> int:
@@ -236,7 +264,11 @@ def main() -> int:
         default=LearnerConfig().micro_batch_tokens,
         help="(default: %(default)s)",
     )
-    parser.add_argument("--no-checkpointing", action="store_true", help="activation checkpointing off")
+    parser.add_argument(
+        "--checkpointing", choices=("auto", "all", "off"), default="auto", help="(default: %(default)s)"
+    )
+    parser.add_argument("--shapes", default="0.5b,1.5b", help="of 0.5b, 1.5b (default: %(default)s)")
+    parser.add_argument("--packing", default="on,off", help="on, off or both (default: %(default)s)")
     parser.add_argument(
         "--profile", action="store_true", help="profile one more step, print the top operators"
     )
@@ -251,15 +283,23 @@ def main() -> int:
             "no GPU here: nothing to measure (--tiny runs a small shape on the CPU as a smoke test)"
         )
         return 0
-    shape, plan = (TINY, SMOKE) if args.tiny else (QWEN25_05B, FULL)
+    shapes = [TINY] if args.tiny else [SHAPES[name] for name in args.shapes.split(",")]
+    plan = SMOKE if args.tiny else FULL
     peak = peak_tflops(device, args.peak_tflops)
-    results = measure(
-        shape, plan, device, args.micro_batch_tokens, args.bf16_weights, peak,
-        checkpointing=not args.no_checkpointing, profile=args.profile,
-    )  # fmt: skip
+    results = []
+    for shape in shapes:
+        for packing in [value == "on" for value in args.packing.split(",")]:
+            console.print(f"[dim]{shape}, packing {'on' if packing else 'off'}")
+            result = measure(
+                shape, plan, device, args.micro_batch_tokens, args.bf16_weights, peak, packing,
+                checkpointing=args.checkpointing, profile=args.profile,
+            )  # fmt: skip
+            results.append(result)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
     print_report(results)
     if args.json is not None:
-        args.json.write_text(json.dumps(asdict(results), indent=2) + "\n")
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
     return 0
 
 

@@ -7,7 +7,10 @@ are spread evenly from 256 to 4,096 tokens, each a prompt (loss mask 0) followed
 mask 1), on a randomly initialised Qwen2 (`policies/tiny.py`), float32 on the CPU, both paths without
 activation checkpointing and with the same learning rate.
 
-- ours: `Learner.grpo_step`: rows sorted by length and cut into micro-batches under a token budget.
+- ours: `Learner.grpo_step`: rows sorted by length and cut into micro-batches under a token budget, each
+  micro-batch's rows packed end to end (no padding; attention inside each row: `packing: true`, the
+  default).
+- ours, padded: the same with `packing: false`: each micro-batch padded to its longest row.
 - TRL 1.16 (`pip install -e '.[bench]'`): a real `GRPOTrainer` on its own copy of the same weights,
   loss_type "dapo" (its default; token-mean over the step's tokens, as ours). The generation batch is
   laid out as `_generate_and_score_completions` lays it out after generating (prompts left-padded and
@@ -50,13 +53,15 @@ from rich.table import Table
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from harness.training.learner import Learner, LearnerConfig, Row, micro_batches
+from harness.training.packing import attention_work
 from policies.tiny import build_tiny_model
 
 TARGET_RATIO = 1.5
 MODEL = {"vocab_size": 2048, "hidden_size": 128, "layers": 2, "heads": 2}
 """Head size 64 as in real models; two layers keep a full run within ~4 minutes on 2 cores."""
 MICRO_BATCH_TOKENS = 8192
-"""Our token budget per micro-batch (rows x longest row): two rows of 4,096."""
+"""Our token budget per micro-batch: the sum of the rows' lengths packed, rows x longest row padded (two
+rows of 4,096)."""
 TRL_MICRO_BATCH = 4
 """TRL's `per_device_train_batch_size`, sequences per micro-batch."""
 LR = 1e-6
@@ -116,11 +121,17 @@ class Results:
     model_tokens: int
     """Loss-mask-1 tokens."""
     ours: PathResult
+    padded: PathResult
+    """Ours with `packing: false`."""
     trl: PathResult
     trl_local_tokens: int
     """What TRL's micro-batches would compute, each padded only to its own longest prompt and completion."""
     ratio: float
     """Ours over TRL in real tokens per second, from the median step times."""
+    packing_ratio: float
+    """Ours packed over ours padded, the same way."""
+    attention_work: dict[str, int]
+    """Query-key pairs scored per attention layer and head: packed, padded."""
     ratios: list[float]
     """The same from each repetition's pair of adjacent steps: how much the host's load moved it."""
     passed: bool
@@ -269,6 +280,11 @@ def measure(plan: Plan) -> Results:
         pad_id = tokenizer.pad_token_id
         ours_model = AutoModelForCausalLM.from_pretrained(path)
         learner = Learner(ours_model, LearnerConfig(lr=LR, micro_batch_tokens=MICRO_BATCH_TOKENS), pad_id)
+        padded = Learner(
+            AutoModelForCausalLM.from_pretrained(path),
+            LearnerConfig(lr=LR, micro_batch_tokens=MICRO_BATCH_TOKENS, packing=False),
+            pad_id,
+        )
         trainer = trl_trainer(AutoModelForCausalLM.from_pretrained(path), tokenizer, plan, Path(tmp) / "trl")
         parameters = sum(p.numel() for p in ours_model.parameters())
 
@@ -276,16 +292,19 @@ def measure(plan: Plan) -> Results:
         rows = our_rows(segments)
         warm = make_segments(replace(plan, min_len=64, max_len=256), len(tokenizer), seed=1)
         learner.grpo_step(our_rows(warm))
+        padded.grpo_step(our_rows(warm))
         trl_step(trainer, warm, pad_id)
 
         steps: dict[str, Callable[[], Any]] = {
             "ours": lambda: learner.grpo_step(rows),
+            "padded": lambda: padded.grpo_step(rows),
             "trl": lambda: trl_step(trainer, segments, pad_id),
         }
-        times: dict[str, list[float]] = {"ours": [], "trl": []}
+        times: dict[str, list[float]] = {name: [] for name in steps}
         trl_tokens = (0, 0)
+        orders = [("ours", "padded", "trl"), ("trl", "padded", "ours"), ("padded", "trl", "ours")]
         for i in range(plan.reps):
-            for name in ("ours", "trl") if i % 2 == 0 else ("trl", "ours"):
+            for name in orders[i % len(orders)]:
                 t0 = time.perf_counter()
                 value = steps[name]()
                 times[name].append(time.perf_counter() - t0)
@@ -297,15 +316,21 @@ def measure(plan: Plan) -> Results:
     lengths = [len(s.ids) for s in segments]
     real = sum(lengths)
     model_tokens = sum(len(s.ids) - s.prompt_len for s in segments)
-    batches = micro_batches(lengths, MICRO_BATCH_TOKENS)
-    ours = path_result(
-        "ours",
-        len(batches),
-        sum(len(b) * lengths[b[0]] for b in batches),  # the first row of each is its longest
-        times["ours"],
+    packed_batches = micro_batches(lengths, MICRO_BATCH_TOKENS, packed=True)
+    padded_batches = micro_batches(lengths, MICRO_BATCH_TOKENS)
+    ours = path_result("ours, packed", len(packed_batches), real, times["ours"], real, model_tokens)
+    ours_padded = path_result(
+        "ours, padded",
+        len(padded_batches),
+        sum(len(b) * lengths[b[0]] for b in padded_batches),  # the first row of each is its longest
+        times["padded"],
         real,
         model_tokens,
     )
+    work = {
+        "packed": sum(attention_work([lengths[i] for i in b], packed=True) for b in packed_batches),
+        "padded": sum(attention_work([lengths[i] for i in b], packed=False) for b in padded_batches),
+    }
     theirs = path_result(
         f"TRL {trl.__version__}",
         plan.segments // TRL_MICRO_BATCH,
@@ -325,9 +350,12 @@ def measure(plan: Plan) -> Results:
         real_tokens=real,
         model_tokens=model_tokens,
         ours=ours,
+        padded=ours_padded,
         trl=theirs,
         trl_local_tokens=trl_tokens[1],
         ratio=ratio,
+        packing_ratio=ours.real_tokens_per_s / ours_padded.real_tokens_per_s,
+        attention_work=work,
         ratios=[t / o for o, t in zip(times["ours"], times["trl"], strict=True)],
         passed=ratio >= TARGET_RATIO,
     )
@@ -346,7 +374,7 @@ def print_report(res: Results) -> None:
     )
     for col in ("", "micro-batches", "tokens computed", "padding", "step s", "real tok/s", "mask-1 tok/s"):
         table.add_column(col, justify="left" if not col else "right")
-    for r in (res.ours, res.trl):
+    for r in (res.ours, res.padded, res.trl):
         table.add_row(
             r.name,
             str(r.micro_batches),
@@ -360,6 +388,13 @@ def print_report(res: Results) -> None:
     console.print(
         f"TRL pads over the whole generation batch; padded per micro-batch only, it would compute "
         f"{res.trl_local_tokens:,} tokens ({1 - res.real_tokens / res.trl_local_tokens:.0%} padding)."
+    )
+    squares = sum(n * n for n in res.lengths)
+    console.print(
+        f"Attention work per layer and head (query-key pairs): packed {res.attention_work['packed']:,}"
+        f" ({res.attention_work['packed'] / squares:.2f}x the sum of squared lengths), padded"
+        f" {res.attention_work['padded']:,} ({res.attention_work['padded'] / squares:.2f}x). Packed over"
+        f" padded, real tokens per second: {res.packing_ratio:.2f}x."
     )
     verdict = "[green]PASS" if res.passed else "[red]FAIL"
     pairs = ", ".join(f"{r:.2f}x" for r in res.ratios)

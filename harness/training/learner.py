@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
+import psutil
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from torch import Tensor
 from torch.distributed.tensor import DTensor
 
@@ -37,6 +39,8 @@ from harness.training.grpo import (
     importance_weights,
     policy_loss,
 )
+from harness.training.memory import LayerShape, checkpoint_every
+from harness.training.packing import Packed, pack, packed_attention_on, packed_hidden, unpack
 
 
 class LearnerConfig(BaseModel):
@@ -51,7 +55,12 @@ class LearnerConfig(BaseModel):
     grad_clip: float = Field(default=1.0, gt=0)
     """Global gradient-norm clip."""
     micro_batch_tokens: int = Field(default=16_384, ge=64)
-    """Token budget of one micro-batch (rows x longest row, padding included)."""
+    """Token budget of one micro-batch: the sum of its rows' lengths when `packing`, else rows x longest row
+    (padding included)."""
+    packing: bool = True
+    """Run the model on a micro-batch's rows end to end, each row attending only to itself (no padding
+    computed; attention work the sum of the squared lengths), instead of padded to the longest row.
+    The log-probs are the same either way (harness/training/packing.py)."""
     advantage: Literal["grpo", "rloo", "gpg"] = "grpo"
     """How a trajectory's advantage comes from its group's rewards: `grpo`, the reward minus the group mean
     (scaled as `advantage_scale` says); `rloo`, minus the mean of the others (verl `adv_estimator=rloo`);
@@ -125,12 +134,25 @@ class LearnerConfig(BaseModel):
     advantages (verl `use_kl_in_reward` with a fixed `kl_coef`); 0 turns it off."""
     entropy_coef: float = 0.0
     """Weight of an entropy bonus (off by default)."""
-    activation_checkpointing: bool = False
-    """Recompute the activations in the backward pass instead of keeping them: less memory, more time."""
+    activation_checkpointing: Literal["off", "all", "every", "auto"] = "off"
+    """Recompute decoder layers' activations in the backward pass instead of keeping them (less memory,
+    more time): `off`; `all` layers; `every` `checkpoint_every`-th layer; `auto`, the least checkpointing
+    whose activations for a micro-batch of `micro_batch_tokens` fit in `activation_memory_fraction` of
+    the device's free memory (harness/training/memory.py). `true` / `false` read as `all` / `off`."""
+    checkpoint_every: int = Field(default=2, ge=1)
+    """With `activation_checkpointing: every`: every k-th decoder layer (0, k, 2k, ...) is checkpointed."""
+    activation_memory_fraction: float = Field(default=0.5, gt=0, le=1)
+    """With `activation_checkpointing: auto`: the share of the free memory (after the optimizer's state)
+    the activations may take."""
     dtype: Literal["float32", "bfloat16"] = "float32"
     """bfloat16 autocast on GPU; the CPU path stays float32."""
     parallel: Literal["replicate", "fsdp"] = "replicate"
     """With several processes: all-reduced gradients over full replicas, or FSDP2 sharding."""
+
+    @field_validator("activation_checkpointing", mode="before")
+    @classmethod
+    def _on_off(cls, value: object) -> object:
+        return {True: "all", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
     @model_validator(mode="after")
     def _consistent(self) -> LearnerConfig:
@@ -227,16 +249,22 @@ def segment_rows(trajectory: Trajectory, advantage: float, mask_truncated: bool)
     return rows
 
 
-def micro_batches(lengths: Sequence[int], token_budget: int) -> list[list[int]]:
-    """Row indices grouped longest-first so that rows x longest row stays within the budget."""
+def micro_batches(lengths: Sequence[int], token_budget: int, packed: bool = False) -> list[list[int]]:
+    """Row indices grouped longest-first so that a micro-batch's positions stay within the budget: rows x
+    longest row padded, the sum of the lengths packed."""
     order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
     batches: list[list[int]] = []
     for i in order:
-        if batches and lengths[batches[-1][0]] * (len(batches[-1]) + 1) <= token_budget:
+        if batches and micro_batch_positions(lengths, [*batches[-1], i], packed) <= token_budget:
             batches[-1].append(i)
         else:
             batches.append([i])
     return batches
+
+
+def micro_batch_positions(lengths: Sequence[int], batch: list[int], packed: bool) -> int:
+    """Positions the model computes for the rows `batch`: their lengths summed packed, rows x longest padded."""
+    return sum(lengths[i] for i in batch) if packed else len(batch) * max(lengths[i] for i in batch)
 
 
 @dataclass(frozen=True)
@@ -278,15 +306,34 @@ def collate(rows: Sequence[Row], pad_id: int, device: torch.device) -> MicroBatc
 
 
 def token_logprobs(
-    model: Any, input_ids: Tensor, attention_mask: Tensor, temperature: float, mask: Tensor
+    model: Any,
+    input_ids: Tensor,
+    attention_mask: Tensor,
+    temperature: float,
+    mask: Tensor,
+    packed: Packed | None = None,
 ) -> tuple[Tensor, Tensor]:
     """log p(ids[t+1] | ids[:t+1]) at the sampler's temperature where `mask` is 1 (0 elsewhere), and the
-    logits of those positions.
+    logits of those positions. With `packed` (the same rows, `packing.pack`), the model runs on the rows
+    end to end instead of padded, and the result is laid out as the padded one.
 
     The LM head and the float32 log-softmax run only on the masked positions: over a long segment the
     full (B, T, V) logits would be the largest tensor of the step, and the prompt never needs them.
     """
+    if packed is not None:
+        chosen, logits = _masked_head(
+            model, packed_hidden(model, packed), packed.input_ids, packed.mask, temperature
+        )
+        return unpack(chosen, packed), logits  # (B, T-1), (N, V)
     hidden = model.get_decoder()(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+    return _masked_head(model, hidden, input_ids, mask, temperature)
+
+
+def _masked_head(
+    model: Any, hidden: Tensor, input_ids: Tensor, mask: Tensor, temperature: float
+) -> tuple[Tensor, Tensor]:
+    """hidden (B, T, H), ids (B, T), mask (B, T-1) -> the log-probs (B, T-1) of ids[1:] where mask is 1,
+    and the logits (N, V) of those positions, in row-major order."""
     where = mask.bool()  # (B, T-1)
     picked = hidden[:, :-1][where]  # (N, H)
     logits = model.get_output_embeddings()(picked).float()  # (N, V)
@@ -370,6 +417,23 @@ def surrogate(
     return family.gpg_loss(logprobs, advantages, mask)
 
 
+def checkpointing(model: torch.nn.Module, config: LearnerConfig, device: torch.device) -> int | None:
+    """Which decoder layers `config.activation_checkpointing` checkpoints: every k-th, or None."""
+    if config.activation_checkpointing == "off":
+        return None
+    if config.activation_checkpointing == "all":
+        return 1
+    if config.activation_checkpointing == "every":
+        return config.checkpoint_every
+    c: Any = model.config
+    shape = LayerShape(int(c.hidden_size), int(c.intermediate_size), int(c.num_hidden_layers))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    free = torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
+    budget = int((free - 3 * params) * config.activation_memory_fraction)  # AdamW's two moments and the grads
+    value_bytes = 2 if config.dtype == "bfloat16" and device.type == "cuda" else 4
+    return checkpoint_every(shape, config.micro_batch_tokens, value_bytes, max(0, budget))
+
+
 class MaskedLogprobs(torch.nn.Module):
     """`token_logprobs` as a module, so that FSDP2 can shard it at the root: its forward is where the
     root's parameters (embeddings, final norm, LM head, tied or not) are gathered and their gradients
@@ -379,8 +443,15 @@ class MaskedLogprobs(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, input_ids: Tensor, attention_mask: Tensor, temperature: float, mask: Tensor) -> Any:
-        return token_logprobs(self.model, input_ids, attention_mask, temperature, mask)
+    def forward(
+        self,
+        input_ids: Tensor,
+        attention_mask: Tensor,
+        temperature: float,
+        mask: Tensor,
+        packed: Packed | None,
+    ) -> Any:
+        return token_logprobs(self.model, input_ids, attention_mask, temperature, mask, packed)
 
 
 def shard(model: torch.nn.Module) -> MaskedLogprobs:
@@ -428,11 +499,10 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
         )
-        if config.activation_checkpointing:  # renamed in transformers 5.24; the old name warns
-            enable = (
-                getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            )
-            enable()  # type: ignore[operator]
+        self.checkpoint_every = checkpointing(model, config, self.device)
+        """Every k-th decoder layer is checkpointed (1: all); None: none."""
+        if self.checkpoint_every is not None:
+            model.activation_checkpointing_enable(every_n_layers=self.checkpoint_every)  # type: ignore[operator]
         self.learner_logprobs: dict[tuple[str, int], list[float]] = {}
         """After a GRPO step: the learner's log-prob of every mask-1 token (index >= 1) of each sourced row."""
 
@@ -447,7 +517,9 @@ class Learner:
         """This process's micro-batches. Sharded, every process must run as many forward and backward
         passes as the others (each one gathers parameters collectively): the short ones get empty
         micro-batches (index -1: a row with loss mask 0)."""
-        batches = micro_batches([len(r.ids) for r in rows], self.config.micro_batch_tokens)
+        batches = micro_batches(
+            [len(r.ids) for r in rows], self.config.micro_batch_tokens, self.config.packing
+        )
         if self.sharded:
             most = int(self._total(len(batches), op=dist.ReduceOp.MAX))
             batches += [[-1]] * (most - len(batches))
@@ -464,13 +536,22 @@ class Learner:
         dist.all_reduce(t, op=op)
         return float(t.item())
 
-    def _reference_logprobs(self, batch: MicroBatch) -> Tensor:
+    def _backward(self, loss: Tensor) -> None:
+        """Backward; packed, with the packed attention in place, since checkpointed layers run their forward
+        again in it."""
+        with packed_attention_on(self.model) if self.config.packing else nullcontext():
+            loss.backward()
+
+    def _pack(self, rows: Sequence[Row]) -> Packed | None:
+        return pack(rows, self.device) if self.config.packing else None
+
+    def _reference_logprobs(self, batch: MicroBatch, packed: Packed | None) -> Tensor:
         """(B, T-1) the frozen reference's log-probs of the batch's tokens, where its mask is 1."""
         if self.reference is None:
             raise ValueError("a KL to the reference needs a reference model")
         with torch.no_grad(), self._autocast():
             reference, _ = token_logprobs(
-                self.reference, batch.input_ids, batch.attention_mask, self.temperature, batch.mask
+                self.reference, batch.input_ids, batch.attention_mask, self.temperature, batch.mask, packed
             )
         return reference
 
@@ -480,9 +561,12 @@ class Learner:
         rows = [r for t in trajectories for r in segment_rows(t, 0.0, mask_truncated=False)]
         owner = {t.id: i for i, t in enumerate(trajectories)}
         kl = torch.zeros(len(trajectories), dtype=torch.float64)  # (N,)
-        for indices in micro_batches([len(r.ids) for r in rows], self.config.micro_batch_tokens):
-            batch = collate([rows[i] for i in indices], self.pad_id, self.device)
-            estimate = family.kl_estimate(batch.sampler, self._reference_logprobs(batch), "k1")  # (B, T-1)
+        lengths = [len(r.ids) for r in rows]
+        for indices in micro_batches(lengths, self.config.micro_batch_tokens, self.config.packing):
+            chosen = [rows[i] for i in indices]
+            batch = collate(chosen, self.pad_id, self.device)
+            reference = self._reference_logprobs(batch, self._pack(chosen))  # (B, T-1)
+            estimate = family.kl_estimate(batch.sampler, reference, "k1")  # (B, T-1)
             owners = torch.tensor([owner[source[0]] for i in indices if (source := rows[i].source)])  # (B,)
             _, summed = family.kl_in_reward(
                 kl.new_zeros(kl.shape), estimate.cpu(), owners, batch.mask.cpu(), 1.0
@@ -510,17 +594,18 @@ class Learner:
         self.learner_logprobs = {}
         self.model.train()
         for batch_rows in self._micro_batches(mine):
-            batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
+            chosen = self._rows(mine, batch_rows)
+            batch, packed = collate(chosen, self.pad_id, self.device), self._pack(chosen)
             with self._autocast():
                 logprobs, logits = self.forward(
-                    batch.input_ids, batch.attention_mask, self.temperature, batch.mask
+                    batch.input_ids, batch.attention_mask, self.temperature, batch.mask, packed
                 )  # (B, T-1), (N, V)
             for b, i in enumerate(batch_rows):
                 source = mine[i].source if i >= 0 else None
                 if source is not None:
                     where = batch.mask[b].bool()  # (T-1,)
                     self.learner_logprobs[source] = logprobs[b][where].tolist()
-            reference = self._reference_logprobs(batch) if self.config.kl_coef > 0 else None  # (B, T-1)
+            reference = self._reference_logprobs(batch, packed) if self.config.kl_coef > 0 else None
             loss, metrics = objective(
                 self.config,
                 logprobs,
@@ -530,7 +615,7 @@ class Learner:
                 max(1, int(norm_tokens)),
                 max(1, int(norm_seqs)),
             )
-            loss.backward()
+            self._backward(loss)
             tokens = float(batch.mask.sum().item())
             sums["loss"] = sums.get("loss", 0.0) + float(loss.item())
             sums["tokens"] = sums.get("tokens", 0.0) + tokens
@@ -554,11 +639,14 @@ class Learner:
         total_loss = 0.0
         self.model.train()
         for batch_rows in self._micro_batches(mine):
-            batch = collate(self._rows(mine, batch_rows), self.pad_id, self.device)
+            chosen = self._rows(mine, batch_rows)
+            batch = collate(chosen, self.pad_id, self.device)
             with self._autocast():
-                logprobs, _ = self.forward(batch.input_ids, batch.attention_mask, 1.0, batch.mask)
+                logprobs, _ = self.forward(
+                    batch.input_ids, batch.attention_mask, 1.0, batch.mask, self._pack(chosen)
+                )
             loss = -(logprobs * batch.mask).sum() / norm_tokens  # ()
-            loss.backward()
+            self._backward(loss)
             total_loss += float(loss.item())
         return {"loss": self._total(total_loss)}
 
