@@ -13,6 +13,7 @@ decoder layer and at the root, ZeRO-3).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Sequence
 from contextlib import nullcontext
@@ -145,7 +146,12 @@ class LearnerConfig(BaseModel):
     """With `activation_checkpointing: auto`: the share of the free memory (after the optimizer's state)
     the activations may take."""
     dtype: Literal["float32", "bfloat16"] = "float32"
-    """bfloat16 autocast on GPU; the CPU path stays float32."""
+    """The compute precision of forward and backward; the optimizer's weights and state stay float32."""
+    mixed_precision: Literal["master", "autocast"] = "master"
+    """How `dtype: bfloat16` is done. `master`: the model computes in a bfloat16 copy of its weights, made
+    once per step from float32 master weights that AdamW updates (under FSDP, its MixedPrecisionPolicy
+    does the same per shard); an in-place sampler then samples in bfloat16 too. `autocast`: float32
+    weights cast to bfloat16 at every use by torch.autocast, on a GPU only."""
     parallel: Literal["replicate", "fsdp"] = "replicate"
     """With several processes: all-reduced gradients over full replicas, or FSDP2 sharding."""
 
@@ -454,21 +460,33 @@ class MaskedLogprobs(torch.nn.Module):
         return token_logprobs(self.model, input_ids, attention_mask, temperature, mask, packed)
 
 
-def shard(model: torch.nn.Module) -> MaskedLogprobs:
+def shard(model: torch.nn.Module, bfloat16: bool = False) -> MaskedLogprobs:
     """FSDP2 over the current process group: one unit per decoder layer, the rest in the root unit.
     Gradients are summed, not averaged, across processes: each process's loss is already divided by
-    the token count of the whole step."""
-    from torch.distributed.fsdp import FSDPModule, fully_shard
+    the token count of the whole step. `bfloat16`: the shards stay float32 (the master weights) and are
+    gathered as bfloat16 for compute; gradients are reduced in float32."""
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
+    policy = (
+        MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bfloat16 else None
+    )
+    options: dict[str, Any] = {} if policy is None else {"mp_policy": policy}
     for layer in model.get_decoder().layers:  # type: ignore[operator]
-        fully_shard(layer)
+        fully_shard(layer, **options)
     root = MaskedLogprobs(model)
-    fully_shard(root)
+    fully_shard(root, **options)
     for module in root.modules():
         if isinstance(module, FSDPModule):
             module.set_gradient_divide_factor(1.0)
             module.set_force_sum_reduction_for_comms(True)  # a plain SUM (gloo has no pre-multiplied sum)
     return root
+
+
+def master_weights(model: torch.nn.Module) -> torch.nn.Module:
+    """A float32 copy of `model` to keep and step; `model` itself becomes the bfloat16 copy that computes."""
+    master = copy.deepcopy(model).float()
+    model.to(torch.bfloat16)
+    return master
 
 
 class Learner:
@@ -494,10 +512,17 @@ class Learner:
         self.rank = dist.get_rank() if dist.is_initialized() else 0
         self.world = dist.get_world_size() if dist.is_initialized() else 1
         self.sharded = config.parallel == "fsdp" and self.world > 1
+        master = config.dtype == "bfloat16" and config.mixed_precision == "master"
+        self.master = master_weights(model) if master and not self.sharded else None
+        """float32 master weights of the bfloat16 `model` (`mixed_precision: master`, unsharded)."""
+        self.trained = self.master if self.master is not None else model
+        """The module whose weights the optimizer steps: the master weights, or the model itself."""
         # Sharding replaces the parameters with sharded ones: the optimizer is made after it.
-        self.forward = shard(model) if self.sharded else MaskedLogprobs(model)
+        self.forward = shard(model, bfloat16=master) if self.sharded else MaskedLogprobs(model)
         self.optimizer = torch.optim.AdamW(
-            [p for p in model.parameters() if p.requires_grad], lr=config.lr, weight_decay=config.weight_decay
+            [p for p in self.trained.parameters() if p.requires_grad],
+            lr=config.lr,
+            weight_decay=config.weight_decay,
         )
         self.checkpoint_every = checkpointing(model, config, self.device)
         """Every k-th decoder layer is checkpointed (1: all); None: none."""
@@ -507,7 +532,8 @@ class Learner:
         """After a GRPO step: the learner's log-prob of every mask-1 token (index >= 1) of each sourced row."""
 
     def _autocast(self) -> torch.autocast:
-        enabled = self.config.dtype == "bfloat16" and self.device.type == "cuda"
+        autocast = self.config.dtype == "bfloat16" and self.config.mixed_precision == "autocast"
+        enabled = autocast and self.device.type == "cuda"
         return torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=enabled)
 
     def _share(self, rows: Sequence[Row]) -> list[Row]:
@@ -654,23 +680,32 @@ class Learner:
         """Sums gradients over processes: each one's loss is already over the global token count.
         (Sharded, FSDP2 has reduce-scattered them in the backward pass.)"""
         if self.world > 1 and not self.sharded:
-            for p in self.model.parameters():
+            for p in self.trained.parameters():
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
 
     def apply(self) -> dict[str, float]:
-        """Reduces, clips and applies the accumulated gradients."""
+        """Reduces, clips and applies the accumulated gradients (with master weights: moved to them in
+        float32 first, and the bfloat16 copy made from them after)."""
+        if self.master is not None:
+            for kept, computed in zip(self.master.parameters(), self.model.parameters(), strict=True):
+                kept.grad = None if computed.grad is None else computed.grad.float()
+                computed.grad = None
         self.reduce_gradients()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.grad_clip)
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.trained.parameters(), self.config.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        if self.master is not None:
+            with torch.no_grad():
+                for kept, computed in zip(self.master.parameters(), self.model.parameters(), strict=True):
+                    computed.copy_(kept)
         norm = float(grad_norm.full_tensor().item() if isinstance(grad_norm, DTensor) else grad_norm.item())
         return {"grad_norm": norm if math.isfinite(norm) else float("nan")}
 
     def full_state_dict(self) -> dict[str, Tensor]:
         """The whole weights on every process (gathered when sharded), on the CPU, under the model's names."""
         state = {}
-        for name, value in self.model.state_dict().items():
+        for name, value in self.trained.state_dict().items():
             full = value.full_tensor() if isinstance(value, DTensor) else value
             state[name] = full.detach().cpu()
         return state

@@ -258,7 +258,7 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
         save_checkpoint(
             config.rollout.out / "checkpoints",
             step + 1,
-            run.policy.model,
+            run.policy.model if run.learner.master is None else run.learner.master,  # float32 master weights
             run.policy.tokenizer,
             learned.optimizer,
             state,
@@ -497,7 +497,7 @@ def learn(
         weights = distributed.full_weights(learner.model)
         if policy is not None:
             policy.load_state_dict(weights, version)
-    optimizer = optimizer_state(learner.model, learner.optimizer) if checkpoint else None
+    optimizer = optimizer_state(learner.trained, learner.optimizer) if checkpoint else None
     return Learned(metrics, logprobs, optimizer)
 
 
@@ -522,7 +522,7 @@ def _start_learner(
         temperature=config.rollout.sampling.temperature,
         reference=reference,
     )
-    saved_state = load_checkpoint(found, learner.model, learner.optimizer) if found is not None else None
+    saved_state = load_checkpoint(found, learner.trained, learner.optimizer) if found is not None else None
     return policy, learner, saved_state
 
 
