@@ -153,6 +153,10 @@ class TokenView(_Out):
     """None when the learner did not record this segment (rollout runs, untrained rows)."""
     importance_weights: list[float | None] | None
     """exp(learner - sampler) per token."""
+    teacher_logprobs: list[float | None] | None = None
+    """The privileged teacher's log-prob of each model token (dense credit, issue 19); None without."""
+    token_advantages: list[float | None] | None = None
+    """The advantage each model token was trained with, where it was not the segment's for all."""
 
 
 class SegmentView(_Out):
@@ -470,8 +474,19 @@ def token_view(
         sampler_logprobs=sampler_lp,
         learner_logprobs=learner_lp,
         importance_weights=weights,
+        teacher_logprobs=on_model_tokens(record.teacher_logprobs if record else None, mask),
+        token_advantages=on_model_tokens(record.token_advantages if record else None, mask),
     )
     return tokens, note
+
+
+def on_model_tokens(values: list[float] | None, mask: list[int]) -> list[float | None] | None:
+    """Values recorded for the model's tokens in order, laid out by position (None elsewhere); None when
+    absent or not one per model token."""
+    if values is None or len(values) != sum(mask):
+        return None
+    given = iter(values)
+    return [next(given) if m else None for m in mask]
 
 
 def importance_weight(sampler: float | None, learner: float | None) -> float | None:

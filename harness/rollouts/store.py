@@ -41,6 +41,12 @@ class SegmentAdvantage(BaseModel):
     segment: int
     advantage: float
     learner_logprobs: list[float]
+    teacher_logprobs: list[float] | None = None
+    """With dense credit (issue 19): the privileged teacher's log-prob of each model-produced token, in
+    the same order; None without."""
+    token_advantages: list[float] | None = None
+    """With dense credit: the advantage each model-produced token was trained with, in order; None when
+    every token had `advantage`."""
 
 
 class RunFileError(ValueError):

@@ -187,6 +187,9 @@ class Row:
     token_advantages: list[float] | None = None
     """A per-token advantage aligned to ids[1:] (dense credit, `harness/training/credit.py`); None: the
     row's `advantage` on every model token."""
+    teacher_logprobs: list[float] | None = None
+    """The privileged teacher's log-prob of each token, aligned to ids[1:] (0 off the mask), when dense
+    credit scored the row; recorded in learner.jsonl for the viewer."""
 
 
 def rows_from_trajectories(

@@ -93,7 +93,7 @@ def with_dense_credit(
         if config.granularity == "turn":
             signal = turn_mean(signal, mask)
         dense = dense_advantages(torch.tensor([row.advantage]), signal, mask, config.mode, config.beta)
-        out.append(replace(row, token_advantages=[float(v) for v in dense[0]]))
+        out.append(replace(row, token_advantages=[float(v) for v in dense[0]], teacher_logprobs=scored))
     every = torch.cat(gaps) if gaps else torch.zeros(0)
     metrics = {
         "credit_gap_mean": float(every.mean()) if every.numel() else 0.0,

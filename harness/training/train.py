@@ -577,10 +577,19 @@ def _record_token_stats(
             segment=segment,
             advantage=row.advantage,
             learner_logprobs=[round(v, 5) for v in learner_logprobs[row.source]],
+            teacher_logprobs=_on_mask(row.teacher_logprobs, row.mask),
+            token_advantages=_on_mask(row.token_advantages, row.mask),
         )
         lines.append(line.model_dump_json())
     if lines:  # the step's lines in one write
         append_line(store.learner_path, "\n".join(lines))
+
+
+def _on_mask(values: list[float] | None, mask: list[int]) -> list[float] | None:
+    """Values aligned to ids[1:], kept where the token is the model's own, in order (rounded)."""
+    if values is None:
+        return None
+    return [round(v, 5) for v, m in zip(values, mask[1:], strict=True) if m]
 
 
 def _tuple_state(state: list[object]) -> tuple[object, ...]:

@@ -300,6 +300,7 @@ const SHADES = {
   advantage: "advantage (loss-mask-1 tokens)",
   weight: "importance weight exp(learner − sampler)",
   sampler: "sampler log-prob",
+  gap: "teacher − student gap (dense credit)",
 };
 
 function tokensBlock(t) {
@@ -346,6 +347,11 @@ function legend(shade) {
       sample("m1", `background: ${samplerColor(-0.1)}`, "sampler log-prob near 0 (expected)"),
       sample("m1", `background: ${samplerColor(-4)}`, "sampler log-prob -4 or less (surprising)"),
     ],
+    gap: [
+      sample("m1", `background: ${gapColor(1)}`, "the teacher, shown the reference, finds the token likelier"),
+      sample("m1", `background: ${gapColor(-1)}`, "the teacher finds it less likely"),
+      sample("m1", `background: ${gapColor(null)}`, "not scored by a teacher"),
+    ],
   }[shade];
   return el("div", { class: "legend", "data-shade": shade }, masked, ...items, summary);
 }
@@ -361,6 +367,22 @@ function weightColor(weight) {
   const logW = Math.log(weight);
   const alpha = 0.1 + 0.7 * Math.min(1, Math.abs(logW) / 0.2);
   return logW >= 0 ? `rgba(37, 99, 235, ${alpha})` : `rgba(234, 88, 12, ${alpha})`;
+}
+
+function gapColor(gap) {
+  if (gap === null) return "rgba(100, 116, 139, 0.22)";
+  const alpha = 0.1 + 0.7 * Math.min(1, Math.abs(gap));
+  return gap >= 0 ? `rgba(13, 148, 136, ${alpha})` : `rgba(190, 24, 93, ${alpha})`;
+}
+
+function tokenGap(tok, i) {
+  const teacher = tok.teacher_logprobs ? tok.teacher_logprobs[i] : null;
+  return teacher === null ? null : teacher - tok.sampler_logprobs[i];
+}
+
+function tokenAdvantage(segment, i) {
+  const own = segment.tokens.token_advantages ? segment.tokens.token_advantages[i] : null;
+  return own === null ? segment.advantage : own;
 }
 
 function samplerColor(logprob) {
@@ -400,9 +422,11 @@ function tokenTitle(segment, i, turn) {
   }
   const learner = tok.learner_logprobs ? tok.learner_logprobs[i] : null;
   const weight = tok.importance_weights ? tok.importance_weights[i] : null;
+  const gap = tokenGap(tok, i);
   lines.push(
     `loss mask 1 · turn ${turn.index} (${turn.kind}) · policy version ${turn.policy_version}`,
-    `advantage ${signed(segment.advantage)}`,
+    `advantage ${signed(tokenAdvantage(segment, i))}`,
+    `teacher log-prob ${gap === null ? "absent" : fmt(tok.teacher_logprobs[i], 4) + " · gap " + signed(gap)}`,
     `sampler log-prob ${fmt(tok.sampler_logprobs[i], 4)}`,
     `learner log-prob ${learner === null ? "absent" : fmt(learner, 4)}`,
     `importance weight ${weight === null ? "absent" : fmt(weight, 4)}`,
@@ -414,7 +438,8 @@ function tokenShade(segment, i, shade) {
   const tok = segment.tokens;
   if (shade === "weight") return weightColor(tok.importance_weights ? tok.importance_weights[i] : null);
   if (shade === "sampler") return samplerColor(tok.sampler_logprobs[i]);
-  return advantageColor(segment.advantage);
+  if (shade === "gap") return gapColor(tokenGap(tok, i));
+  return advantageColor(tokenAdvantage(segment, i));
 }
 
 function tokenText(tok, i) {

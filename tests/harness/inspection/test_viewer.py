@@ -538,6 +538,18 @@ def test_the_viewer_in_headless_chromium(
             browser, lambda d: "sampler log-prob" in d.find_element(By.ID, "token-legend").text, "legend"
         )
         assert "advantage" not in browser.find_element(By.ID, "token-legend").text
+        # This run had no dense credit: shaded by the teacher's gap, every model token says so.
+        Select(browser.find_element(By.ID, "shade-by")).select_by_value("gap")
+        wait_for(
+            browser,
+            lambda d: "not scored by a teacher" in d.find_element(By.ID, "token-legend").text,
+            "legend",
+        )
+        grey = browser.execute_script(
+            "return [...document.querySelectorAll('.token-view .tok.m1')].every("
+            "t => t.style.backgroundColor === 'rgba(100, 116, 139, 0.22)')"
+        )
+        assert grey
         Select(browser.find_element(By.ID, "shade-by")).select_by_value("advantage")
         checkbox = browser.find_element(By.ID, "hide-prompts")
         token = elements(browser, ".token-view .tok.m1.adv-pos")[0]  # drawn again with the shading

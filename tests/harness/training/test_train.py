@@ -176,3 +176,20 @@ def test_opsd_credit_trains_on_header_free_rows_with_dense_advantages(
         for header in headers:
             window = header[:32]
             assert not any(row.ids[i : i + len(window)] == window for i in range(len(row.ids)))
+    # learner.jsonl keeps what the teacher said and what each token was trained with, for the viewer.
+    from harness.inspection.viewer import Decoder, learner_records, token_view
+
+    records = learner_records(tmp_path / "run")
+    by_row = {row.source: row for row in trained}
+    assert records.keys() == by_row.keys()
+    for source, record in records.items():
+        row, model_tokens = by_row[source], sum(by_row[source].mask[1:])
+        assert record.teacher_logprobs is not None and len(record.teacher_logprobs) == model_tokens
+        assert record.token_advantages is not None and len(record.token_advantages) == model_tokens
+        on_mask = [v for v, m in zip(row.token_advantages or [], row.mask[1:], strict=True) if m]
+        assert record.token_advantages == pytest.approx(on_mask, abs=1e-5)
+    trajectory = {t.id: t for t in RunStore(tmp_path / "run").trajectories()}
+    source, record = next(iter(records.items()))
+    view, note = token_view(trajectory[source[0]].segments[source[1]], record, Decoder(None))
+    assert note is None and view.teacher_logprobs is not None and view.token_advantages is not None
+    assert [v for v in view.teacher_logprobs if v is not None] == record.teacher_logprobs
