@@ -231,6 +231,9 @@ def watch(pid: int, read_fd: int, deadline: float, cap: OutputCap) -> tuple[int 
             last_poll = now
             peak_procs = max(peak_procs, len(other_pids()))
         if status is not None:
+            # A last count as the command ends: on a busy host it can fork to its limit and end between two
+            # polls, and what it forked is still there until the leftovers are killed.
+            peak_procs = max(peak_procs, len(other_pids()))
             if pipe_open:
                 drain_written(read_fd, cap)
             return status, False, peak_procs

@@ -26,10 +26,10 @@ def local_ray() -> Iterator[None]:
     ray.shutdown()
 
 
-def kill_when_busy(name: str, killed: threading.Event, timeout_s: float = 120) -> None:
-    """Kills the actor `name` once it has an episode in flight."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
+def kill_when_busy(name: str, killed: threading.Event, done: threading.Event) -> None:
+    """Kills the actor `name` once it has an episode in flight, trying until `done` (the run ended): on a
+    busy host the workers take minutes to start."""
+    while not done.is_set():
         try:
             actor = ray.get_actor(name, namespace=NAMESPACE)
             if ray.get(actor.in_flight.remote(), timeout=10) > 0:
@@ -49,10 +49,15 @@ def test_a_killed_worker_loses_only_its_episodes_which_run_again_untrained(
     config = async_config(tiny_model_path, run, max_staleness=1)
     cluster = config.rollout.cluster.model_copy(update={"address": "auto", "workers": 2})
     config = config.model_copy(update={"rollout": config.rollout.model_copy(update={"cluster": cluster})})
-    killed = threading.Event()
-    killer = threading.Thread(target=kill_when_busy, args=(worker_name(run.name, 0), killed), daemon=True)
+    killed, done = threading.Event(), threading.Event()
+    killer = threading.Thread(
+        target=kill_when_busy, args=(worker_name(run.name, 0), killed, done), daemon=True
+    )
     killer.start()
-    metrics = train(config)
+    try:
+        metrics = train(config)
+    finally:
+        done.set()
     killer.join()
     assert killed.is_set() and len(metrics) == 3
 
