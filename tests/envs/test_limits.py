@@ -185,7 +185,9 @@ def test_endless_binary_output_is_capped_too(make_sandbox: MakeSandbox) -> None:
 # ---- bombs ----------------------------------------------------------------------------------------
 
 FORK_BOMBS = {
-    "shell": "bash -c ':(){ :|:& };:'",
+    # The shell's own process waits a second: it ends at once otherwise, and on a busy host its leftovers
+    # were killed (0.03 s in) before they had forked up to the limit (CI under two busy loops).
+    "shell": "bash -c ':(){ :|:& };:; sleep 1'",
     "python": "python3 -c 'import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass'",
 }
 MEMORY_BOMB = "python3 -c 'chunks = []\nwhile True:\n    chunks.append(bytearray(16 << 20))'"
