@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, Response
 from jinja2 import TemplateError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from policies.base import Generation, SamplingParams, TokenPolicy
+from policies.base import Generation, SamplingParams, Scorer, TokenPolicy
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,9 @@ class CompletionRequest(_Request):
     top_p: float | None = Field(default=None, gt=0, le=1)
     seed: int | None = Field(default=None, ge=-_INT64, lt=_INT64)
     logprobs: int | None = Field(default=None, ge=0)
+    prompt_logprobs: int | None = Field(default=None, ge=0)
+    """vLLM's extension: with 0, each prompt id's own log-prob after the ones before it, at `temperature`
+    (1 when not given) as the sampled tokens' are; more than 0 (the top alternatives too) is refused."""
     n: int = 1
     stream: bool | None = False
     echo: bool | None = False
@@ -217,6 +220,13 @@ class CompletionLogProbs(BaseModel):
     top_logprobs: list[dict[str, float]]
 
 
+class PromptLogprob(BaseModel):
+    logprob: float
+    rank: int | None = None
+    """Not computed here (vLLM gives the id's rank among the vocabulary)."""
+    decoded_token: str
+
+
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
@@ -226,6 +236,8 @@ class CompletionChoice(BaseModel):
     """The request's stop token id that ended the text; None for the model's own end (vLLM's meaning)."""
     prompt_token_ids: list[int] | None
     token_ids: list[int] | None
+    prompt_logprobs: list[dict[str, PromptLogprob] | None] | None = None
+    """With `prompt_logprobs=0`: None for the first prompt id, then {id: its log-prob} for each."""
 
 
 class CompletionResponse(BaseModel):
@@ -406,6 +418,7 @@ async def _complete(served: Served, req: CompletionRequest) -> CompletionRespons
     max_tokens = req.max_tokens or 16
     _check_length(len(prompt_ids), max_tokens, max_model_len, "prompt")
     params = _sampling(max_tokens, req.temperature, req.top_p, req.seed)
+    scored = None if req.prompt_logprobs is None else await _prompt_logprobs(served, prompt_ids, req)
     gen = await _generate(served.run, policy, prompt_ids, params)
     ids, logprobs, finish, stop_reason = _cut_at_stop(gen, req.stop_token_ids or [])
     choice = CompletionChoice(
@@ -417,10 +430,31 @@ async def _complete(served: Served, req: CompletionRequest) -> CompletionRespons
         stop_reason=stop_reason,
         prompt_token_ids=prompt_ids if req.return_token_ids else None,
         token_ids=ids if req.return_token_ids else None,
+        prompt_logprobs=scored,
     )
     return CompletionResponse(
         model=served.name, choices=[choice], usage=_usage(prompt_ids, ids), policy_version=gen.policy_version
     )
+
+
+async def _prompt_logprobs(
+    served: Served, prompt_ids: list[int], req: CompletionRequest
+) -> list[dict[str, PromptLogprob] | None]:
+    """Each prompt id's own log-prob, in vLLM's layout (`CompletionChoice.prompt_logprobs`)."""
+    policy = served.policy
+    if req.prompt_logprobs:
+        raise BadRequest(
+            "only prompt_logprobs=0 is supported: each prompt id's own log-prob", "prompt_logprobs"
+        )
+    if not isinstance(policy, Scorer):
+        raise BadRequest("this server's policy cannot score prompts", "prompt_logprobs")
+    temperature = 1.0 if req.temperature is None else req.temperature
+    values = await run_in_threadpool(served.run, lambda: policy.prompt_logprobs(prompt_ids, temperature))
+    texts = [policy.tokenizer.decode([i], skip_special_tokens=False) for i in prompt_ids]
+    return [None] + [
+        {str(i): PromptLogprob(logprob=v, decoded_token=text)}
+        for i, v, text in zip(prompt_ids[1:], values, texts[1:], strict=True)
+    ]
 
 
 async def _chat(served: Served, req: ChatRequest) -> ChatResponse:

@@ -74,6 +74,16 @@ class TokenPolicy(Protocol):
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation: ...
 
 
+@runtime_checkable
+class Scorer(Protocol):
+    """Scores token ids it is given: what a teacher does with a student's tokens (issue 19)."""
+
+    def prompt_logprobs(self, ids: list[int], temperature: float) -> list[float]:
+        """log p(ids[t] | ids[:t]) for t >= 1 (len(ids) - 1 values), the logits divided by `temperature`
+        as the sampler divides them (raw at 0)."""
+        ...
+
+
 class ToolCall(BaseModel):
     """A tool call as a chat API returns it."""
 

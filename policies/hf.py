@@ -126,6 +126,11 @@ class HFPolicy:
                 ids=ids, logprobs=logprobs, finish_reason=finish_reason, policy_version=self._version
             )
 
+    def prompt_logprobs(self, ids: list[int], temperature: float) -> list[float]:
+        """`policies.base.Scorer`: every id's log-prob after the ones before it, in one forward pass."""
+        with self._lock:
+            return sequence_logprobs(self.model, ids, 1, temperature)
+
     def _default_seed(self) -> int:
         self._generations += 1
         digest = hashlib.blake2b(f"{self.seed}:{self._generations}".encode(), digest_size=8).digest()

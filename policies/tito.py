@@ -74,6 +74,26 @@ class _Completion(BaseModel):
     """Sent by `harness serve`; vLLM has no such field."""
 
 
+class _PromptLogprob(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    logprob: float
+
+
+class _ScoredChoice(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    prompt_logprobs: list[dict[str, _PromptLogprob] | None] | None = None
+    """vLLM's: None for the first prompt id, then for each id a map from token ids (as strings) to their
+    log-probs, the id itself among them."""
+
+
+class _Scored(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    choices: list[_ScoredChoice]
+
+
 class _ModelCard(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -203,6 +223,25 @@ class TitoPolicy:
         )
         self._last_version = gen.policy_version
         return gen
+
+    def prompt_logprobs(self, ids: list[int], temperature: float) -> list[float]:
+        """`policies.base.Scorer` through the server: vLLM's `prompt_logprobs=0` extension of
+        /v1/completions (`harness serve` has it too), one token generated and dropped."""
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": ids, "max_tokens": 1, "temperature": temperature,
+            "prompt_logprobs": 0, "skip_special_tokens": False,
+        }  # fmt: skip
+        answer, server = self._request("POST", "/completions", body)
+        try:
+            scored = _Scored.model_validate(answer).choices[0].prompt_logprobs
+        except (ValidationError, IndexError) as e:
+            raise SamplerError(f"{server.url}/completions: no prompt log-probs in the answer: {e}") from e
+        if scored is None or len(scored) != len(ids):
+            raise SamplerError(f"{server.url}/completions: prompt log-probs for {len(ids)} ids expected")
+        try:
+            return [scored[t][str(ids[t])].logprob for t in range(1, len(ids))]  # type: ignore[index]
+        except (KeyError, TypeError) as e:
+            raise SamplerError(f"{server.url}/completions: a prompt id's own log-prob is missing") from e
 
     def load_weights(self, checkpoint: Path, version: int) -> None:
         """Has every live server load the weights saved in `checkpoint` (a folder they can read) as

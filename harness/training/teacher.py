@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from harness.training.credit import CreditMode, Privileged, dense_advantages, opsd_signal, turn_mean
 from harness.training.learner import Row, token_logprobs
+from policies.base import Scorer
 
 
 @torch.no_grad()
@@ -37,6 +38,20 @@ def teacher_logprobs(
     return out
 
 
+def served_teacher_logprobs(
+    scorer: Scorer, header_ids: Sequence[int], rows: Sequence[Row], temperature: float
+) -> list[list[float]]:
+    """`teacher_logprobs` through a server's prompt log-probs (`policies.base.Scorer`): the same
+    alignment, one request per row."""
+    out = []
+    h = len(header_ids)
+    for row in rows:
+        scored = scorer.prompt_logprobs([*header_ids, *row.ids], temperature)  # aligned to (header + ids)[1:]
+        own = scored[h : h + len(row.ids) - 1]  # the row's own tokens ids[1:], after the header
+        out.append([v if m else 0.0 for v, m in zip(own, row.mask[1:], strict=True)])
+    return out
+
+
 class CreditConfig(BaseModel):
     """Dense credit from the task's privileged context (on-policy self-distillation, OPSD)."""
 
@@ -51,6 +66,10 @@ class CreditConfig(BaseModel):
     teacher: Literal["self", "reference"] = "self"
     """Which weights score: `self` (the current policy, with the header) or `reference` (the run's starting
     weights, frozen)."""
+    teacher_via: Literal["learner", "server"] = "learner"
+    """Where the teacher scores: in-process on the learner's device, or on the run's sampler servers
+    (`sampler: tito:...`, which hold the current policy) through vLLM's prompt log-probs (`harness serve`
+    has them too); `server` needs `teacher: self`."""
     clip: float = Field(default=1.0, gt=0)
     """The gap log p_T - log p_S is clipped to +-clip on each token (unclipped, style tokens dominate)."""
     beta: float = Field(default=1.0, ge=0)
@@ -70,19 +89,23 @@ class Credited:
 def with_dense_credit(
     rows: Sequence[Row],
     headers: Sequence[Sequence[int]],
-    model: Any,
+    teacher: Any,
     config: CreditConfig,
     temperature: float,
     device: torch.device,
 ) -> Credited:
     """Each row with its per-token advantage (`credit.dense_advantages`): the teacher scores the row's own
     tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task); the
-    student's log-probs are the sampler's. The rows' ids are not changed."""
+    student's log-probs are the sampler's. The rows' ids are not changed. `teacher` is a model scored
+    in-process, or a `Scorer` (a server's prompt log-probs)."""
     if config.mode == "outcome":
         return Credited(list(rows), {})
     out, gaps, clipped = [], [], 0
     for row, header in zip(rows, headers, strict=True):
-        (scored,) = teacher_logprobs(model, header, [row], temperature, device)
+        if isinstance(teacher, Scorer):
+            (scored,) = served_teacher_logprobs(teacher, header, [row], temperature)
+        else:
+            (scored,) = teacher_logprobs(teacher, header, [row], temperature, device)
         mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
         t_lp = torch.tensor([scored], dtype=torch.float32)  # (1, T-1)
         s_lp = torch.tensor([row.sampler_logprobs[1:]], dtype=torch.float32)  # (1, T-1)

@@ -163,6 +163,15 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _teacher_on_a_server(self) -> TrainConfig:
+        if self.credit.teacher_via == "server" and (self.sampler is None or self.credit.teacher != "self"):
+            raise ValueError(
+                "credit.teacher_via: server scores on the run's sampler servers, which hold the current"
+                " policy: it needs sampler (tito:MODEL@URL) and credit.teacher: self"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _script_in_process(self) -> TrainConfig:
         if self.script is not None and (self.sampler or self.rollout.cluster.address or self.mode != "sync"):
             raise ValueError(
@@ -402,8 +411,10 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         )
     writer = MetricsWriter(config.rollout.out, config.log, config.model_dump(mode="json"))
     closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
-    teacher = None
-    if config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
+    teacher: Any = None
+    if config.credit.mode != "outcome" and config.credit.teacher_via == "server":
+        teacher = server  # the sampler's servers hold the current policy's weights
+    elif config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
         teacher = policy.model if config.credit.teacher == "self" else _frozen(config, processes)
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,

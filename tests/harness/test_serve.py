@@ -357,3 +357,19 @@ def test_python_m_harness_serve_serves(model_path: Path) -> None:
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_prompt_logprobs_are_each_prompt_ids_own_in_vllms_layout(tiny_model_path: Path) -> None:
+    """vLLM's `prompt_logprobs=0`: None for the first id, then {id: {logprob, ...}} for each; the values
+    are the model's own teacher-forced log-probs at the request's temperature."""
+    policy = HFPolicy(tiny_model_path)
+    ids = [5, 17, 301, 44, 9]
+    with running(create_app(policy, model_name="tiny")) as url:
+        body = {"model": "tiny", "prompt": ids, "max_tokens": 1, "temperature": 0.7, "prompt_logprobs": 0}
+        answer = httpx.post(f"{url}/completions", json=body, timeout=60).json()
+        refused = httpx.post(f"{url}/completions", json=body | {"prompt_logprobs": 2}, timeout=60)
+    scored = answer["choices"][0]["prompt_logprobs"]
+    assert scored[0] is None and [list(entry) for entry in scored[1:]] == [[str(i)] for i in ids[1:]]
+    values = [entry[str(i)]["logprob"] for entry, i in zip(scored[1:], ids[1:], strict=True)]
+    assert values == pytest.approx(sequence_logprobs(policy.model, ids, 1, 0.7), abs=1e-5)
+    assert refused.status_code == 400 and "prompt_logprobs" in refused.text

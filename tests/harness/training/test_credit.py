@@ -106,3 +106,40 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     ]
     assert out.token_advantages == pytest.approx(expected, abs=1e-5)
     assert 0.0 <= credited.metrics["credit_clipped_fraction"] <= 1.0 and "credit_gap_p95" in credited.metrics
+
+
+def test_a_served_teacher_scores_as_the_in_process_one(tiny_model_path: Path, tiny_policy: object) -> None:
+    """`credit.teacher_via: server`: the same row after the same header, scored through `harness serve`'s
+    prompt log-probs on loopback by a `tito:` client, gives the in-process teacher's log-probs."""
+    from harness.serve import create_app, running
+    from harness.training.learner import Row
+    from harness.training.teacher import served_teacher_logprobs, teacher_logprobs
+    from policies.hf import HFPolicy
+    from policies.tito import TitoPolicy
+
+    ids = [5, 17, 301, 44, 9, 250, 12]
+    row = Row(ids=ids, mask=[0, 0, 1, 1, 0, 1, 1], sampler_logprobs=[0.0] * 7, advantage=1.0)
+    header = [11, 12, 13, 14]
+    local = teacher_logprobs(tiny_policy.model, header, [row], 0.7, torch.device("cpu"))  # type: ignore[attr-defined]
+    with running(create_app(HFPolicy(tiny_model_path), model_name="tiny")) as url:
+        client = TitoPolicy("tiny", url, tokenizer_path=str(tiny_model_path))
+        served = served_teacher_logprobs(client, header, [row], 0.7)
+        plain = served_teacher_logprobs(client, [], [row], 0.7)
+    assert served[0] == pytest.approx(local[0], abs=1e-4)
+    assert [v == 0.0 for v in served[0]] == [m == 0 for m in row.mask[1:]]
+    assert plain[0] != pytest.approx(served[0], abs=1e-4)
+
+
+def test_a_served_teacher_needs_the_runs_servers_and_the_current_policy(tiny_model_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from harness.training.train import TrainConfig
+
+    base = {"model": str(tiny_model_path), "credit": {"mode": "opsd", "teacher_via": "server"}}
+    with pytest.raises(ValidationError, match="needs sampler"):
+        TrainConfig.model_validate(base)
+    with pytest.raises(ValidationError, match="needs sampler"):
+        TrainConfig.model_validate(
+            base
+            | {"sampler": "tito:m@http://127.0.0.1:1/v1", "credit": base["credit"] | {"teacher": "reference"}}  # type: ignore[operator]
+        )

@@ -111,14 +111,18 @@ def test_bad_train_config_names_the_field(tmp_path: Path) -> None:
 
 
 def test_a_server_samples_and_reloads_every_steps_weights(tiny_model_path: Path, tmp_path: Path) -> None:
-    """Rollouts sampled by `harness serve` on loopback; after each step it loads the learner's new weights."""
+    """Rollouts sampled by `harness serve` on loopback; after each step it loads the learner's new weights.
+    The OPSD teacher scores on the same server (`credit.teacher_via: server`)."""
+    from harness.training.teacher import CreditConfig
+
     out = tmp_path / "run"
     served = HFPolicy(tiny_model_path)  # starts with other weights: train() must load the run's own
     served.load_state_dict({k: v + 0.01 for k, v in served.model.state_dict().items()}, version=7)
     with running(create_app(served, model_name="tiny", max_model_len=4096)) as url:
         spec = f"tito:tiny@{url}"
-        run = config(tiny_model_path, out, 2).model_copy(update={"sampler": spec})
-        train(run)
+        credit = CreditConfig(mode="outcome+opsd", teacher_via="server")
+        run = config(tiny_model_path, out, 2).model_copy(update={"sampler": spec, "credit": credit})
+        history = train(run)
         sampler = TitoPolicy("tiny", url, tokenizer_path=str(tiny_model_path))
         assert sampler.version == 2
         prompt = sampler.tokenizer.encode("def add(a, b):")
@@ -132,6 +136,9 @@ def test_a_server_samples_and_reloads_every_steps_weights(tiny_model_path: Path,
     local = HFPolicy(final / "model").generate(prompt, greedy)
     assert remote.ids == local.ids and remote.policy_version == 2
     assert max(abs(a - b) for a, b in zip(remote.logprobs, local.logprobs, strict=True)) < 1e-4
+    assert all("credit_gap_mean" in step for step in history)
+    records = [json.loads(line) for line in (out / "learner.jsonl").read_text().splitlines()]
+    assert records and all(r["teacher_logprobs"] for r in records)
 
 
 def test_the_sampler_must_be_a_token_server(tmp_path: Path) -> None:
