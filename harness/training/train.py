@@ -243,7 +243,9 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     batch = run.batches.next(step)
     rolled = time.monotonic()
     rows, advantage_stats = _rows(run, batch.trained)
+    scoring = time.monotonic()
     credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
+    credit_s = time.monotonic() - scoring
     rows = credit.rows
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
     _record_token_stats(run.store, step, rows, learned.logprobs)
@@ -258,6 +260,7 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
         "policy_version": float(step + 1),
         **batch.timings,
         "time_learn_s": time.monotonic() - rolled,
+        **({"time_credit_s": credit_s} if credit.metrics else {}),  # the teacher's share of time_learn_s
     }
     # The step's metrics before its checkpoint: a crash between the two redoes the step, whose lines a
     # resume drops; the other way round, it would lose them.

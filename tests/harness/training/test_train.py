@@ -169,6 +169,9 @@ def test_opsd_credit_trains_on_header_free_rows_with_dense_advantages(
     run = config(tiny_model_path, tmp_path / "run", 1).model_copy(update={"credit": credit})
     (metrics,) = train(run)
     assert {"credit_gap_mean", "credit_gap_p95", "credit_clipped_fraction"} <= set(metrics)
+    assert (
+        0 < metrics["time_credit_s"] < metrics["time_learn_s"]
+    )  # the teacher's pass, inside the learner's time
     segments = {
         (t.id, s.index): s.ids_and_mask()[0]
         for t in RunStore(tmp_path / "run").trajectories()
