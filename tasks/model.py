@@ -11,6 +11,9 @@ from tasks.environment import Environment
 
 TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """What a task id may look like: it names a folder and an image."""
+HINT_SUFFIX = ".hint"
+"""Ends the id of a hint task: a task with its privileged context in its statement, whose rollouts train
+as learnable successes (harness/training/hints.py) and never leave the run in an export."""
 
 
 class Limits(BaseModel):

@@ -29,7 +29,7 @@ from harness.inspection.runs import RunError, Selection, load_setup, load_tasks,
 from harness.rollouts.store import write_atomic
 from policies.chat_format import assistant_text
 from summarizer import request_message, resume_messages
-from tasks.model import Task
+from tasks.model import HINT_SUFFIX, Task
 from tools import Toolbox, ToolsConfig
 
 ExportFormat = Literal["jsonl", "parquet", "sft", "sft-tools"]
@@ -249,7 +249,9 @@ def export(
 ) -> ExportResult:
     """Writes the selected trajectories of the run at `root` in `fmt`; by default to root/export/."""
     run = read_run(open_run(root))
-    trajectories = select(run, selection)
+    # Hint rollouts (credit.hint_rollouts) had the task's privileged context in their prompt: they are
+    # not the student's trajectories, and the reference fix must not leave the run through an export.
+    trajectories = [t for t in select(run, selection) if not t.task_id.endswith(HINT_SUFFIX)]
     if not trajectories:
         raise RunError(f"nothing to export: no trajectory of {root} matches the filters")
     path = out or root / "export" / FILE_NAMES[fmt]

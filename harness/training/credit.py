@@ -8,6 +8,7 @@ learner's micro-batches are), H the teacher header's tokens.
     opsd_signal        (S, T) teacher, student -> (S, T)  clip(log p_T - log p_S, +-c) on model tokens
     turn_mean          (S, T) -> (S, T)                   the signal averaged over each generation
     dense_advantages   (S,) outcome, (S, T) signal -> (S, T)
+    surprisal_gate     (S, T) student log-probs -> (S, T) weights of a hint rollout's tokens
 
 On-policy self-distillation (OPSD, arXiv 2601.18734): the student samples on its own; the same model,
 given privileged context, scores the student's tokens; the per-token gap log p_T(y_t) - log p_S(y_t) is
@@ -91,3 +92,18 @@ def dense_advantages(outcome: Tensor, signal: Tensor, mask: Tensor, mode: Credit
         return spread
     dense = beta * signal * mask  # (S, T)
     return dense if mode == "opsd" else spread + dense
+
+
+def surprisal_gate(student: Tensor, mask: Tensor, tau: float, spike_cap: float) -> Tensor:
+    """How much each token of a hint rollout (a success found with the privileged header in the prompt)
+    counts when the student imitates it: weight 1 where the student's surprisal s = -log p_S(y_t) is at
+    most `tau` (a token it could have written), exp(-(s - tau)) beyond, and 0 above `spike_cap` (a token
+    it would never write: learning it is learning the header). The "nearest successes" of pedagogical RL
+    (N. Ziems): imitation weighted by the student's own plausibility, extreme spikes gated out.
+    student, mask: (S, T) -> (S, T), 0 off the mask."""
+    if not 0 <= tau < spike_cap:
+        raise ValueError(f"need 0 <= gate_tau < spike_cap, got {tau} and {spike_cap}")
+    surprisal = -student  # (S, T)
+    weight = torch.exp(-(surprisal - tau).clamp(min=0))  # (S, T) 1 up to tau
+    weight = weight.masked_fill(surprisal > spike_cap, 0.0)  # (S, T)
+    return weight * mask

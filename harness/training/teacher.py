@@ -76,6 +76,17 @@ class CreditConfig(BaseModel):
     """Weight of the dense signal in the advantage."""
     granularity: Literal["token", "turn"] = "token"
     """`turn`: each generation (a tool call or a summary) gets its tokens' mean signal on all of them."""
+    hint_rollouts: int = Field(default=0, ge=0)
+    """For a group whose every rollout failed: this many more rollouts with the privileged header in the
+    task's statement; the successful ones are trained on in the student's own context, gated per token
+    (harness/training/hints.py), outside every group's baseline. 0 turns it off. (The issue names it
+    `sampling.hint_rollouts`; it lives with the rest of the privileged-context settings.)"""
+    gate_tau: float = Field(default=2.0, ge=0)
+    """A hint rollout's token counts fully where the student's surprisal -log p_S is at most this, and
+    exp(-(s - tau)) beyond."""
+    spike_cap: float = Field(default=8.0, gt=0)
+    """A hint rollout's token whose student surprisal is above this counts 0 (a token only the header
+    explains)."""
 
 
 @dataclass

@@ -50,11 +50,13 @@ from harness.training.checkpoint import (
 )
 from harness.training.credit import privileged_header
 from harness.training.distributed import Processes
+from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
 from harness.training.teacher import CreditConfig, Credited, with_dense_credit
 from policies.base import TokenPolicy
+from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
 from policies.tito import ReloadEndpoint, TitoPolicy
@@ -163,6 +165,12 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _hints_in_step(self) -> TrainConfig:
+        if self.credit.hint_rollouts and self.mode != "sync":
+            raise ValueError("credit.hint_rollouts samples within the step: it needs mode: sync")
+        return self
+
+    @model_validator(mode="after")
     def _teacher_on_a_server(self) -> TrainConfig:
         if self.credit.teacher_via == "server" and (self.sampler is None or self.credit.teacher != "self"):
             raise ValueError(
@@ -246,7 +254,8 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     scoring = time.monotonic()
     credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
     credit_s = time.monotonic() - scoring
-    rows = credit.rows
+    hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
+    rows = credit.rows + hinted.rows
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
     _record_token_stats(run.store, step, rows, learned.logprobs)
     run.policy.set_version(step + 1)
@@ -255,6 +264,8 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
         **step_metrics(batch.rolled),
         **advantage_stats,
         **credit.metrics,
+        **hinted.metrics,
+        **({"hint_share": len(hinted.rows) / len(rows) if rows else 0.0} if hinted.metrics else {}),
         **learned.metrics,
         **batch.staleness,
         "policy_version": float(step + 1),
@@ -345,6 +356,25 @@ class TrainingRun:
     tasks: dict[str, Task]
     teacher: Any
     """The model that scores with the privileged header (`credit.teacher`); None for `credit.mode: outcome`."""
+    hint_roll: Callable[[list[tuple[Task, int]]], list[Trajectory]]
+    """Rolls out (task, sample index) jobs within the step, saved to the run like the rest."""
+
+    def hints(self, step: int, trajectories: list[Trajectory]) -> Hinted:
+        """Learnable successes for the groups that all failed (`credit.hint_rollouts`, hints.py)."""
+        config = self.config.credit
+        failed = failed_groups(trajectories) if config.hint_rollouts else {}
+        if not failed:
+            return Hinted([], {"hint_rollouts": 0.0} if config.hint_rollouts else {})
+        jobs = [
+            (hint_task(self.tasks[task_id], privileged_header(self.tasks[task_id], config.privileged)), k)
+            for task_id in sorted(failed)
+            for k in range(step * config.hint_rollouts, (step + 1) * config.hint_rollouts)
+        ]
+        fmt = ChatFormat(self.policy.tokenizer, self.policy.stop_ids())
+        return hint_rows(
+            self.hint_roll(jobs), failed, self.tasks, fmt, self.config.rollout.loop.system_prompt,
+            self.policy.model, config, self.config.rollout.sampling.temperature, self.processes.device,
+        )  # fmt: skip
 
     def close(self) -> None:
         for close in self.closers:
@@ -419,9 +449,15 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         teacher = server  # the sampler's servers hold the current policy's weights
     elif config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
         teacher = policy.model if config.credit.teacher == "self" else _frozen(config, processes)
+
+    def hint_roll(jobs: list[tuple[Task, int]]) -> list[Trajectory]:
+        done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
+        todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
+        return done + rollouts.run_batch(todo, store.append_trajectory, stop)
+
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,
-        {t.id: t for t in tasks}, teacher,
+        {t.id: t for t in tasks}, teacher, hint_roll,
     )  # fmt: skip
 
 

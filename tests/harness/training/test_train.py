@@ -203,3 +203,38 @@ def test_opsd_credit_trains_on_header_free_rows_with_dense_advantages(
     view, note = token_view(trajectory[source[0]].segments[source[1]], record, Decoder(None))
     assert note is None and view.teacher_logprobs is not None and view.token_advantages is not None
     assert [v for v in view.teacher_logprobs if v is not None] == record.teacher_logprobs
+
+
+def test_groups_that_all_failed_get_hint_rollouts_outside_their_baseline(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """`credit.hint_rollouts: 2`: the random tiny model fails every rollout, so each step's group gets two
+    more rollouts of its task with the privileged header (`TASK.hint`), saved with the run; the step's
+    reward statistics are of the group's own rollouts only."""
+    from pydantic import ValidationError
+
+    from harness.training.teacher import CreditConfig
+
+    out = tmp_path / "run"
+    run = config(tiny_model_path, out, 2).model_copy(update={"credit": CreditConfig(hint_rollouts=2)})
+    history = train(run)
+    trajectories = list(RunStore(out).trajectories())
+    hints = [t for t in trajectories if t.task_id.endswith(".hint")]
+    own = [t for t in trajectories if not t.task_id.endswith(".hint")]
+    assert all(t.grade is not None and t.grade.correct == 0 for t in own)  # every group failed
+    assert [step["hint_rollouts"] for step in history] == [2.0, 2.0] and len(hints) == 4
+    assert sorted(t.sample_index for t in hints) == [0, 1, 2, 3] and len(own) == 2 * 3
+    assert all(step["hint_success_rate"] == 0.0 and step["hint_share"] == 0.0 for step in history)
+    for step, version in zip(history, (0, 1), strict=True):  # the step's statistics: its own group only
+        rewards = [t.reward for t in own if t.policy_version == version]
+        assert step["reward_mean"] == pytest.approx(sum(rewards) / len(rewards))
+    # An export of the run's trajectories holds the student's own only: the hints' prompts had the fix.
+    from harness.inspection.export import export
+    from harness.inspection.runs import Selection
+
+    exported = [json.loads(line) for line in export(out, "jsonl", Selection()).path.read_text().splitlines()]
+    assert len(exported) == len(own) and not any(r["task_id"].endswith(".hint") for r in exported)
+    with pytest.raises(ValidationError, match="mode: sync"):
+        TrainConfig.model_validate(
+            {"model": str(tiny_model_path), "mode": "async", "credit": {"hint_rollouts": 1}}
+        )

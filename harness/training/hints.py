@@ -1,0 +1,118 @@
+"""Learnable successes (issue 19, item 4): when every rollout of a group failed, the group gives GRPO no
+gradient. `credit.hint_rollouts: k` samples k more rollouts of that task with the privileged header in its
+statement (a "hint" task, id `TASK.hint`); the successful ones are trained on as if the student had
+written them: each segment's prompt is rebuilt without the header (the student's own context), the
+tokens after it are kept as they were sampled, the student's log-probs of them are taken in that context,
+and each token's advantage is the success's advantage over its failed group times the surprisal gate
+(`credit.surprisal_gate`). Hint rollouts never enter a group's baseline: their rows are added after the
+group advantages are taken.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.agent.trajectory import Trajectory
+from harness.training.credit import surprisal_gate
+from harness.training.learner import Row
+from harness.training.teacher import CreditConfig, teacher_logprobs
+from policies.chat_format import ChatFormat
+from summarizer import resume_messages
+from tasks.model import HINT_SUFFIX, Task
+from tools import Toolbox
+
+
+def hint_task(task: Task, header: str) -> Task:
+    """The task with the privileged header after its statement, under its own id (its rollouts form
+    groups of their own, and the viewer shows them apart)."""
+    statement = f"{task.problem_statement.rstrip()}\n\n{header}"
+    return task.model_copy(update={"id": task.id + HINT_SUFFIX, "problem_statement": statement})
+
+
+def failed_groups(trajectories: Sequence[Trajectory]) -> dict[str, float]:
+    """The tasks whose every graded rollout failed (none correct), with their mean reward (the baseline a
+    hint success is measured against). Infra errors count neither way."""
+    graded: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        if t.status != "infra_error" and t.grade is not None:
+            graded.setdefault(t.task_id, []).append(t)
+    return {
+        task_id: sum(t.reward for t in group) / len(group)
+        for task_id, group in graded.items()
+        if all(t.grade is not None and t.grade.correct < 1.0 for t in group)
+    }
+
+
+def student_prompts(trajectory: Trajectory, fmt: ChatFormat, system: str, task: Task) -> list[list[int]]:
+    """The prompt ids each segment of a hint rollout would have had without the header: the task's own
+    statement, and after a summary the same resume message with the summary the rollout wrote."""
+    tools = Toolbox.for_task(task).schemas()
+    first = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt()}]
+    prompts = [fmt.prompt_ids(first, tools)]
+    for summary in trajectory.summaries:
+        prompts.append(fmt.prompt_ids(resume_messages(system, task.prompt(), summary.text), tools))
+    return prompts[: len(trajectory.segments)]
+
+
+def student_rows(trajectory: Trajectory, prompts: Sequence[list[int]]) -> list[Row]:
+    """Each segment with its prompt swapped for the student's: the ids after the prompt (generations, tool
+    results) unchanged, their mask unchanged; the sampler's log-probs, taken with the header, are dropped
+    (0) until the student's are put in. Advantage 0 until weighted."""
+    rows = []
+    for segment, prompt in zip(trajectory.segments, prompts, strict=False):
+        ids, mask, _ = segment.ids_and_mask()
+        cut = len(segment.prompt_ids)
+        row_ids, row_mask = [*prompt, *ids[cut:]], [0] * len(prompt) + mask[cut:]
+        if sum(row_mask):
+            rows.append(
+                Row(row_ids, row_mask, [0.0] * len(row_ids), 0.0, source=(trajectory.id, segment.index))
+            )
+    return rows
+
+
+@dataclass
+class Hinted:
+    rows: list[Row]
+    metrics: dict[str, float]
+
+
+def hint_rows(
+    hints: Sequence[Trajectory],
+    baselines: dict[str, float],
+    tasks: dict[str, Task],
+    fmt: ChatFormat,
+    system: str,
+    student: Any,
+    config: CreditConfig,
+    temperature: float,
+    device: torch.device,
+) -> Hinted:
+    """Rows of the successful hint rollouts in the student's context, each token's advantage (reward -
+    the failed group's mean) x the surprisal gate of the student's own log-prob (`student`, the model
+    being trained, scores them); the student's log-probs stand as the sampler's, so no importance weight
+    corrects them away."""
+    rows, gated, tokens = [], 0, 0
+    solved = [
+        t for t in hints if t.grade is not None and t.grade.correct >= 1.0 and t.trainable and t.ids_verified
+    ]
+    for t in solved:
+        task_id = t.task_id.removesuffix(HINT_SUFFIX)
+        advantage = t.reward - baselines[task_id]
+        for row in student_rows(t, student_prompts(t, fmt, system, tasks[task_id])):
+            (own,) = teacher_logprobs(student, [], [row], temperature, device)  # the student's context
+            mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
+            weight = surprisal_gate(torch.tensor([own]), mask, config.gate_tau, config.spike_cap)  # (1, T-1)
+            gated += int(((weight < 1) & mask.bool()).sum())
+            tokens += int(mask.sum())
+            dense = [advantage * float(w) for w in weight[0]]
+            rows.append(Row(row.ids, row.mask, [0.0, *own], advantage, row.source, token_advantages=dense))
+    metrics = {
+        "hint_rollouts": float(len(hints)),
+        "hint_success_rate": len(solved) / len(hints) if hints else 0.0,
+        "hint_gated_fraction": gated / tokens if tokens else 0.0,
+    }
+    return Hinted(rows, metrics)

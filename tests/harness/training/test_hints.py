@@ -1,0 +1,117 @@
+"""Learnable successes (harness/training/hints.py): the gate on a case worked by hand; hint tasks, failed
+groups and the student's context built from real chat-format ids of the tiny model; a hint success's rows
+scored by the real tiny model; and a training run that samples hint rollouts for the groups that failed."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness.agent.trajectory import Segment, Summary, Trajectory, Turn
+from harness.training.credit import privileged_header, surprisal_gate
+from harness.training.hints import failed_groups, hint_rows, hint_task, student_prompts, student_rows
+from harness.training.teacher import CreditConfig
+from policies.chat_format import ChatFormat
+from policies.hf import HFPolicy
+from summarizer import resume_messages
+from tasks.model import HiddenTests, Task
+from tools import Toolbox
+
+TASK = Task(
+    id="t", title="t", repo=Path("."), problem_statement="Fix add().", gold_patch="--- a/x.py\n+++ b/x.py\n",
+    hidden_tests=HiddenTests(fail_to_pass=["tests/test_x.py::test_y"], files={"tests/test_x.py": "def test_y(): ..."}),
+)  # fmt: skip
+SYSTEM = "You are a careful coding agent."
+
+
+def test_the_surprisal_gate() -> None:
+    # Student log-probs -1, -3, -9, -0.5 -> surprisals 1, 3, 9, 0.5; tau 2, cap 8, the last off the mask:
+    # 1 (under tau), e^-(3 - 2) = 0.367879, 0 (a spike above 8), 0 (off the mask).
+    weight = surprisal_gate(
+        torch.tensor([[-1.0, -3.0, -9.0, -0.5]]), torch.tensor([[1.0, 1, 1, 0]]), 2.0, 8.0
+    )
+    assert weight.tolist()[0] == pytest.approx([1.0, math.exp(-1), 0.0, 0.0])
+    with pytest.raises(ValueError, match="gate_tau < spike_cap"):
+        surprisal_gate(torch.zeros(1, 1), torch.ones(1, 1), 9.0, 8.0)
+
+
+def trajectory(task_id: str, sample: int, correct: float, status: str = "ok") -> Trajectory:
+    from envs.grading import Grade
+
+    grade = Grade.ungraded(task_id).model_copy(
+        update={"correct": correct, "reward": correct, "patch_applied": True}
+    )
+    return Trajectory(
+        id=f"{task_id}/{sample}", run="r", task_id=task_id, group_id=f"{task_id}@v0", sample_index=sample,
+        policy="hf:x", seed=0, trainable=True, grade=grade, reward=correct, status=status,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_hint_tasks_and_the_groups_that_failed() -> None:
+    header = privileged_header(TASK, ["gold_patch"])
+    hinted = hint_task(TASK, header)
+    assert hinted.id == "t.hint" and header in hinted.prompt() and header not in TASK.prompt()
+    batch = [
+        trajectory("a", 0, 0.0), trajectory("a", 1, 0.0), trajectory("a", 2, 1.0, status="infra_error"),
+        trajectory("b", 0, 0.0), trajectory("b", 1, 1.0),
+    ]  # fmt: skip
+    # a: its graded rollouts all failed (the infra error counts neither way); b: one passed.
+    assert failed_groups(batch) == {"a": 0.0}
+
+
+def hint_trajectory(policy: HFPolicy, hinted: Task) -> tuple[Trajectory, ChatFormat]:
+    """A hint rollout as the conversation lays it out: segment 0 opens on the hinted prompt, writes a tool
+    call and a summary; segment 1 opens on the resume message (hinted prompt + summary) and submits."""
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+    tools = Toolbox.for_task(hinted).schemas()
+    encode = lambda text: policy.tokenizer.encode(text, add_special_tokens=False)  # noqa: E731
+    first = fmt.prompt_ids(
+        [{"role": "system", "content": SYSTEM}, {"role": "user", "content": hinted.prompt()}], tools
+    )
+    second = fmt.prompt_ids(resume_messages(SYSTEM, hinted.prompt(), "I read x.py."), tools)
+    call, summary, done = encode("read x.py"), encode("I read x.py."), encode("submit")
+    segments = [
+        Segment(index=0, prompt_ids=first, turns=[
+            Turn(text="read", generated_ids=call, logprobs=[-0.1] * len(call), appended_ids=encode(" ok")),
+            Turn(kind="summary", text="I read x.py.", generated_ids=summary, logprobs=[-0.2] * len(summary)),
+        ]),
+        Segment(index=1, prompt_ids=second, turns=[Turn(text="submit", generated_ids=done, logprobs=[-0.3] * len(done))]),
+    ]  # fmt: skip
+    t = trajectory(hinted.id, 0, 1.0).model_copy(
+        update={
+            "segments": segments,
+            "summaries": [Summary(segment=0, text="I read x.py.", tokens_before=0, tokens_after=0)],
+        }
+    )
+    return t, fmt
+
+
+def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy) -> None:
+    header = privileged_header(TASK, ["gold_patch", "hidden_tests"])
+    hinted = hint_task(TASK, header)
+    t, fmt = hint_trajectory(tiny_policy, hinted)
+    prompts = student_prompts(t, fmt, SYSTEM, TASK)
+    rows = student_rows(t, prompts)
+    window = tiny_policy.tokenizer.encode(header, add_special_tokens=False)[:24]
+    for row, segment, prompt in zip(rows, t.segments, prompts, strict=True):
+        ids, mask, _ = segment.ids_and_mask()
+        cut = len(segment.prompt_ids)
+        assert row.ids == prompt + ids[cut:] and row.mask == [0] * len(prompt) + mask[cut:]
+        assert not any(row.ids[i : i + len(window)] == window for i in range(len(row.ids)))  # no header
+        assert any(ids[i : i + len(window)] == window for i in range(len(ids)))  # the rollout had it
+    config = CreditConfig(hint_rollouts=2, gate_tau=2.0, spike_cap=30.0)
+    hinted_rows = hint_rows(
+        [t, trajectory(hinted.id, 1, 0.0)], {"t": 0.25}, {"t": TASK}, fmt, SYSTEM, tiny_policy.model, config, 1.0,
+        torch.device("cpu"),
+    )  # fmt: skip
+    assert hinted_rows.metrics["hint_success_rate"] == 0.5 and hinted_rows.metrics["hint_rollouts"] == 2.0
+    for row in hinted_rows.rows:
+        model = [t for t, m in enumerate(row.mask[1:]) if m]
+        assert row.token_advantages is not None and row.advantage == 0.75  # 1 - the failed group's 0.25
+        # The tiny random model finds every token surprising (about ln 2048 = 7.6 > tau): gated below 0.75.
+        assert all(0 < row.token_advantages[i] < 0.75 for i in model)
+        assert all(row.sampler_logprobs[i + 1] < 0 for i in model)  # the student's own, not the sampler's
+    assert hinted_rows.metrics["hint_gated_fraction"] == 1.0
