@@ -6,8 +6,10 @@ weights). `with_dense_credit` turns those log-probs into each row's per-token ad
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
@@ -63,9 +65,9 @@ class CreditConfig(BaseModel):
     privileged: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
     """What the teacher's header holds: `gold_patch`, `hidden_tests`, `failing_output`. The student never
     sees it: its rows, prompts and sandboxes are untouched."""
-    teacher: Literal["self", "reference"] = "self"
-    """Which weights score: `self` (the current policy, with the header) or `reference` (the run's starting
-    weights, frozen)."""
+    teacher: str = "self"
+    """Which weights score: `self` (the current policy, with the header), `reference` (the run's starting
+    weights, frozen), or the folder of another model that shares the policy's tokenizer (frozen)."""
     teacher_via: Literal["learner", "server"] = "learner"
     """Where the teacher scores: in-process on the learner's device, or on the run's sampler servers
     (`sampler: tito:...`, which hold the current policy) through vLLM's prompt log-probs (`harness serve`
@@ -87,6 +89,25 @@ class CreditConfig(BaseModel):
     spike_cap: float = Field(default=8.0, gt=0)
     """A hint rollout's token whose student surprisal is above this counts 0 (a token only the header
     explains)."""
+
+
+def teacher_folder(teacher: str, model: Path) -> Path | None:
+    """The folder a frozen teacher loads from: the run's starting weights (`reference`), another model's
+    folder, or None for `self`. Another model must read the same token ids: its vocabulary size must
+    equal the policy's, as their config.json files say."""
+    if teacher == "self":
+        return None
+    if teacher == "reference":
+        return model
+    folder = Path(teacher)
+    if not (folder / "config.json").is_file():
+        raise ValueError(
+            f"credit.teacher must be self, reference or a model folder; {teacher} holds no config.json"
+        )
+    sizes = [json.loads((f / "config.json").read_text()).get("vocab_size") for f in (folder, model)]
+    if sizes[0] != sizes[1]:
+        raise ValueError(f"credit.teacher {teacher} has vocabulary size {sizes[0]}, the policy {sizes[1]}")
+    return folder
 
 
 @dataclass

@@ -54,7 +54,7 @@ from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
-from harness.training.teacher import CreditConfig, Credited, with_dense_credit
+from harness.training.teacher import CreditConfig, Credited, teacher_folder, with_dense_credit
 from policies.base import TokenPolicy
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
@@ -162,6 +162,12 @@ class TrainConfig(BaseModel):
         if self.rollout.group_size < 2:
             raise ValueError("rollout.group_size must be at least 2: GRPO compares rollouts within a group")
         self.rollout.policy = self.sampler or f"hf:{self.model}"
+        return self
+
+    @model_validator(mode="after")
+    def _teacher_folder(self) -> TrainConfig:
+        if self.credit.teacher not in ("self", "reference"):
+            teacher_folder(self.credit.teacher, self.model)  # a folder of a model with the same vocabulary
         return self
 
     @model_validator(mode="after")
@@ -448,7 +454,8 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     if config.credit.mode != "outcome" and config.credit.teacher_via == "server":
         teacher = server  # the sampler's servers hold the current policy's weights
     elif config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
-        teacher = policy.model if config.credit.teacher == "self" else _frozen(config, processes)
+        folder = teacher_folder(config.credit.teacher, config.model)
+        teacher = policy.model if folder is None else _frozen(folder, processes)
 
     def hint_roll(jobs: list[tuple[Task, int]]) -> list[Trajectory]:
         done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
@@ -461,8 +468,8 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     )  # fmt: skip
 
 
-def _frozen(config: TrainConfig, processes: Processes) -> Any:
-    return HFPolicy(config.model, device=str(processes.device)).model.eval().requires_grad_(False)
+def _frozen(folder: Path, processes: Processes) -> Any:
+    return HFPolicy(folder, device=str(processes.device)).model.eval().requires_grad_(False)
 
 
 def _rollouts(

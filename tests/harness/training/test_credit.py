@@ -143,3 +143,30 @@ def test_a_served_teacher_needs_the_runs_servers_and_the_current_policy(tiny_mod
             base
             | {"sampler": "tito:m@http://127.0.0.1:1/v1", "credit": base["credit"] | {"teacher": "reference"}}  # type: ignore[operator]
         )
+
+
+def test_the_teacher_may_be_another_model_that_reads_the_same_ids(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    import json
+
+    from pydantic import ValidationError
+
+    from harness.training.teacher import teacher_folder
+    from harness.training.train import TrainConfig
+
+    assert teacher_folder("self", tiny_model_path) is None
+    assert teacher_folder("reference", tiny_model_path) == tiny_model_path
+    assert teacher_folder(str(tiny_model_path), tiny_model_path) == tiny_model_path  # a folder, same ids
+    other = tmp_path / "other"
+    other.mkdir()
+    config = json.loads((tiny_model_path / "config.json").read_text())
+    (other / "config.json").write_text(json.dumps(config))
+    assert teacher_folder(str(other), tiny_model_path) == other
+    (other / "config.json").write_text(json.dumps(config | {"vocab_size": config["vocab_size"] + 1}))
+    with pytest.raises(ValueError, match="vocabulary size"):
+        teacher_folder(str(other), tiny_model_path)
+    with pytest.raises(ValidationError, match=r"holds no config\.json"):
+        TrainConfig.model_validate(
+            {"model": str(tiny_model_path), "credit": {"teacher": str(tmp_path / "none")}}
+        )
