@@ -42,6 +42,7 @@ from harness.agent.trajectory import ParsedCall, Segment, Status, Summary, Timin
 from harness.inspection.runs import Selection, advantages
 from harness.rollouts.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
 from harness.training.grpo import group_advantages
+from tasks.model import HINT_SUFFIX
 
 STATIC = Path(__file__).with_name("viewer_static")
 HOST = "127.0.0.1"
@@ -110,6 +111,8 @@ class TrajectoryRow(_Out):
     turns: int
     summaries: int
     tokens: int
+    hint: bool = False
+    """A hint rollout (credit.hint_rollouts): its task's statement held the privileged context."""
 
 
 class Filters(Selection):
@@ -386,6 +389,7 @@ def trajectory_row(
         turns=t.metrics.turns,
         summaries=len(t.summaries),
         tokens=t.metrics.total_tokens,
+        hint=t.task_id.endswith(HINT_SUFFIX),
     )
 
 

@@ -166,13 +166,17 @@ function applyFilters(form) {
   location.hash = "#/?" + params.toString();
 }
 
+function hintBadge() {
+  return el("span", { class: "badge hint", title: "a hint rollout: the task's statement held its privileged context" }, "hint");
+}
+
 function trajectoryTable(rows) {
   const head = ["trajectory", "task", "group", "sample", "policy v.", "step", "status", "reward",
     "advantage", "correct", "turns", "summaries", "tokens"];
   const body = rows.map((r) =>
     el("tr", { class: "traj-row", "data-id": r.id, "data-task": r.task_id },
       el("td", {}, trajectoryLink(r.id)),
-      el("td", { class: "task" }, r.task_id),
+      el("td", { class: "task" }, r.task_id, r.hint ? hintBadge() : null),
       el("td", {}, groupLink(r.group_id)),
       el("td", { class: "num" }, r.sample_index),
       el("td", { class: "num" }, r.policy_version),
@@ -198,7 +202,8 @@ async function trajectoryPage(id) {
   const t = await getJSON("/api/trajectories/" + encodeURIComponent(id));
   const r = t.row;
   const meta = [
-    ["task", r.task_id], ["group", groupLink(r.group_id)], ["sample", r.sample_index],
+    ["task", r.hint ? el("span", {}, r.task_id, hintBadge()) : r.task_id], ["group", groupLink(r.group_id)],
+    ["sample", r.sample_index],
     ["policy", t.policy], ["policy version", r.policy_version], ["step", r.step ?? "—"],
     ["status", r.status + (t.status_reason ? ` (${t.status_reason})` : "")],
     ["reward", fmt(r.reward)],
