@@ -112,6 +112,7 @@ def hint_rows(
             rows.append(Row(row.ids, row.mask, [0.0, *own], advantage, row.source, token_advantages=dense))
     metrics = {
         "hint_rollouts": float(len(hints)),
+        "hint_tokens_generated": float(sum(t.metrics.generated_tokens for t in hints)),
         "hint_success_rate": len(solved) / len(hints) if hints else 0.0,
         "hint_gated_fraction": gated / tokens if tokens else 0.0,
     }

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
@@ -24,6 +24,7 @@ from harness.rollouts.config import RolloutConfig, RolloutSummary
 from harness.rollouts.local import rollout
 from harness.training.learner import LearnerConfig
 from harness.training.sft import SFTConfig, run_sft
+from harness.training.teacher import CreditConfig
 from harness.training.train import TrainConfig, train
 from policies.base import SamplingParams
 from policies.chat_format import ChatFormat
@@ -72,6 +73,9 @@ class DemoConfig(BaseModel):
     """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48
     """A segment is summarized once it passes its prompt by this many tokens."""
+    credit: CreditConfig = Field(default_factory=CreditConfig)
+    """Credit finer than the outcome for the GRPO steps (`harness train`'s `credit`): outcome only by
+    default; benchmarks/credit_compare.py runs the demo with OPSD and with hint rollouts beside it."""
 
 
 class DemoResult(BaseModel):
@@ -177,7 +181,7 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     train(
         TrainConfig(
             model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
-            checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr),
+            checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr), credit=config.credit,
             rollout=RolloutConfig(
                 suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
                 seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),

@@ -1,0 +1,176 @@
+"""Plain GRPO beside GRPO + OPSD and GRPO + hint rollouts on the training demo (issue 19), per seed.
+
+    .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2] [--arms grpo,opsd,hints] [--json PATH]
+        [KEY=VALUE ...]
+
+Each (seed, arm) runs `harness demo` (`harness/training/train_demo.py`; KEY=VALUE overrides its settings,
+e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms share the tiny model, the warm start and
+the evaluation seeds, so they differ only in the GRPO steps:
+
+- grpo:  `credit.mode: outcome` (the default);
+- opsd:  `credit.mode: outcome+opsd` (the policy scores its own tokens after the privileged header);
+- hints: `credit.hint_rollouts: 2` (groups that all failed get two rollouts with the header).
+
+Hint rollouts sample more tokens than the others, so each arm is read at plain GRPO's sampled-token budget
+of the same seed: the training pass rate of the last two steps within that budget, and the first step
+whose training pass rate reaches plain GRPO's final one. The evaluation after the last step is printed as
+well (hints may have spent more than the budget by then). Printed: each seed's row, then each arm's mean
+and range over seeds. The numbers are what they are: no arm is expected to win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from demo_seeds import overrides_of, seeds_of  # benchmarks/demo_seeds.py
+from rich.console import Console
+from rich.table import Table
+
+from harness.training.teacher import CreditConfig
+from harness.training.train_demo import DemoConfig, run_training_demo
+
+ARMS = {
+    "grpo": CreditConfig(),
+    "opsd": CreditConfig(mode="outcome+opsd"),
+    "hints": CreditConfig(hint_rollouts=2),
+}
+console = Console(width=max(Console().width, 120))
+
+
+@dataclass(frozen=True)
+class ArmRun:
+    seed: int
+    arm: str
+    pass_rates: list[float]
+    """The training pass rate of each GRPO step."""
+    tokens: list[float]
+    """Tokens sampled in each step, hint rollouts included."""
+    final_eval: float
+    warm_start_eval: float
+    minutes: float
+
+
+def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path) -> ArmRun:
+    settings = {"out": str(root / f"seed{seed}-{arm}"), "seed": seed, **overrides}
+    config = DemoConfig.model_validate(settings).model_copy(update={"credit": ARMS[arm]})
+    started = time.monotonic()
+    result = run_training_demo(config)
+    lines = [json.loads(line) for line in (config.out / "grpo" / "metrics.jsonl").read_text().splitlines()]
+    return ArmRun(
+        seed=seed, arm=arm,
+        pass_rates=[line["pass_rate"] for line in lines],
+        tokens=[line["tokens_generated"] + line.get("hint_tokens_generated", 0.0) for line in lines],
+        final_eval=result.final_pass_rate, warm_start_eval=result.baseline_pass_rate,
+        minutes=(time.monotonic() - started) / 60,
+    )  # fmt: skip
+
+
+def at_budget(run: ArmRun, budget: float) -> tuple[float, int | None]:
+    """The mean training pass rate of the last two steps within `budget` sampled tokens, and the number of
+    steps that took."""
+    spent, within = 0.0, 0
+    for tokens in run.tokens:
+        if spent + tokens > budget * 1.0001:
+            break
+        spent, within = spent + tokens, within + 1
+    rates = run.pass_rates[max(0, within - 2) : within]
+    return (sum(rates) / len(rates) if rates else 0.0), within
+
+
+def steps_to_reach(run: ArmRun, target: float) -> int | None:
+    """The first step (1-based) whose training pass rate is at least `target`; None if none is."""
+    return next((i + 1 for i, rate in enumerate(run.pass_rates) if rate >= target), None)
+
+
+@dataclass(frozen=True)
+class Row:
+    seed: int
+    arm: str
+    pass_rate_at_budget: float
+    steps_within_budget: int | None
+    steps_to_grpo_final: int | None
+    final_eval: float
+    warm_start_eval: float
+    tokens: float
+    minutes: float
+
+
+def rows_of(runs: list[ArmRun]) -> list[Row]:
+    rows = []
+    for run in runs:
+        grpo = next(r for r in runs if r.seed == run.seed and r.arm == "grpo")
+        target = sum(grpo.pass_rates[-2:]) / len(grpo.pass_rates[-2:])
+        rate, steps = at_budget(run, sum(grpo.tokens))
+        rows.append(
+            Row(run.seed, run.arm, rate, steps, steps_to_reach(run, target), run.final_eval,
+                run.warm_start_eval, sum(run.tokens), run.minutes)
+        )  # fmt: skip
+    return rows
+
+
+def spread(values: list[float]) -> str:
+    return f"{statistics.mean(values):.3f} ({min(values):.3f}-{max(values):.3f})"
+
+
+def report(rows: list[Row]) -> None:
+    table = Table(title="per seed: training pass rate at plain GRPO's sampled-token budget")
+    for col in ("seed", "arm", "pass@budget", "steps in budget", "steps to GRPO's final", "eval after",
+                "warm start eval", "tokens", "min"):  # fmt: skip
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r.seed), r.arm, f"{r.pass_rate_at_budget:.3f}", str(r.steps_within_budget),
+            str(r.steps_to_grpo_final), f"{r.final_eval:.3f}", f"{r.warm_start_eval:.3f}", f"{r.tokens:,.0f}",
+            f"{r.minutes:.1f}",
+        )  # fmt: skip
+    console.print(table)
+    summary = Table(title="over seeds: mean (min-max)")
+    for col in ("arm", "pass@budget", "eval after", "steps to GRPO's final (reached / seeds)"):
+        summary.add_column(col, justify="right")
+    for arm in dict.fromkeys(r.arm for r in rows):
+        mine = [r for r in rows if r.arm == arm]
+        reached = [r.steps_to_grpo_final for r in mine if r.steps_to_grpo_final is not None]
+        steps = (
+            f"{statistics.mean(reached):.1f} ({len(reached)}/{len(mine)})"
+            if reached
+            else f"- (0/{len(mine)})"
+        )
+        summary.add_row(
+            arm, spread([r.pass_rate_at_budget for r in mine]), spread([r.final_eval for r in mine]), steps
+        )
+    console.print(summary)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="0-2", help="(default: %(default)s)")
+    parser.add_argument("--arms", default=",".join(ARMS), help="(default: %(default)s)")
+    parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("overrides", nargs="*", help="KEY=VALUE settings of the demo")
+    args = parser.parse_args()
+    arms = args.arms.split(",")
+    if "grpo" not in arms or any(a not in ARMS for a in arms):
+        raise SystemExit(f"--arms: some of {sorted(ARMS)}, grpo among them (the budget is its)")
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="credit-compare-") as tmp:
+        for seed in seeds_of(args.seeds):
+            for arm in arms:
+                console.print(f"[bold]seed {seed}, {arm}")
+                runs.append(run_arm(seed, arm, overrides_of(args.overrides), Path(tmp)))
+    rows = rows_of(runs)
+    report(rows)
+    if args.json is not None:
+        dump = {"runs": [asdict(r) for r in runs], "rows": [asdict(r) for r in rows]}
+        args.json.write_text(json.dumps(dump, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
