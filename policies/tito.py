@@ -349,6 +349,9 @@ class TitoPolicy:
         """The live server with the fewest requests in flight, round-robin among equals; when all are down,
         the one that failed longest ago (its probe). A follower picks only among the servers that hold the
         version it follows."""
+        following = self._following
+        if following is not None and not any(s.version == following for s in self.servers):
+            self._rejoin(following)
         with self._lock:
             now = time.monotonic()
             servers = self.servers
@@ -370,6 +373,22 @@ class TitoPolicy:
                 server = min(fresh, key=lambda s: s.down_until)
             server.in_flight += 1
             return server
+
+    def _rejoin(self, version: int) -> None:
+        """A follower whose every server failed asks each which weights it holds: one whose `/models` names
+        `version` (`harness serve` does) serves again. A transient failure on a busy host (a timed-out
+        connection) then costs a request, not the step. vLLM names no version: its servers wait for the
+        next `follow`."""
+        if self.reload == "vllm":
+            return
+        for server in self.servers:
+            try:
+                models = _ModelList.model_validate(self._send(server, "GET", "/models", None))
+            except (SamplerError, ValidationError):
+                continue
+            if any(card.id == self.model and card.policy_version == version for card in models.data):
+                with self._lock:
+                    server.version, server.down_until = version, 0.0
 
     def _mark_down(self, server: _Server) -> None:
         with self._lock:

@@ -233,3 +233,24 @@ def test_a_server_that_fails_a_vllm_reload_serves_nothing_until_it_has_loaded(
     servers[0].stop()  # the only holder of version 1 for the worker is gone: a clear error, no old weights
     with pytest.raises(SamplerError, match="no server is known to hold weights version 1"):
         worker.generate(PROMPT, GREEDY)
+
+
+def test_a_follower_takes_back_a_server_that_failed_once_and_still_holds_its_version(
+    tiny_model_path: Path, servers: tuple[Server, Server], other_weights: Path
+) -> None:
+    """On a busy host a follower's request can time out once: the server is marked down and forgets its
+    version. When no server is left for the followed version, the follower asks them which weights they
+    hold (`/models`), and one that names it serves again; one that names another stays out."""
+    tito = client(tiny_model_path, servers)
+    tito.load_weights(other_weights, 1)
+    worker = client(tiny_model_path, servers)
+    worker.follow(1, tito.holding(1))
+    for server in worker.servers:
+        worker._mark_down(server)  # what a timed-out request does
+    answer = worker.generate(PROMPT, GREEDY)
+    assert answer.policy_version == 1 and all(s.version == 1 for s in worker.servers)
+    for server in worker.servers:
+        worker._mark_down(server)
+    worker.follow(2, [])  # version 2 is on no server: asking cannot bring one back
+    with pytest.raises(SamplerError, match="no server is known to hold weights version 2"):
+        worker.generate(PROMPT, GREEDY)
