@@ -36,7 +36,7 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from harness.training.grpo import LOG_RATIO_BOUND, _group_index
+from harness.training.grpo import LOG_RATIO_BOUND, _group_index, policy_loss
 
 KLEstimator = Literal["k1", "k2", "k3", "abs", "low_var"]
 LOW_VAR_BOUND = 10.0
@@ -190,17 +190,15 @@ def gspo_loss(
     log_ratio = logprobs - old_logprobs.detach()  # (S, T)
     seq_log_ratio = (log_ratio * m).sum(-1) / m.sum(-1).clamp(min=1)  # (S,)
     token_log = logprobs - logprobs.detach() + seq_log_ratio.detach().unsqueeze(-1)  # (S, T)
-    ratio = token_log.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()  # (S, T)
-    adv = advantages.detach()  # (S, T)
-    unclipped = -adv * ratio  # (S, T)
-    clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (S, T)
-    loss = torch.maximum(unclipped, clipped) * m  # (S, T)
-    with torch.no_grad():
-        metrics = {
-            "clip_fraction": _masked_mean((clipped > unclipped).float(), mask),
-            "approx_kl": _masked_mean(-log_ratio, mask),
-            "seq_ratio_mean": _masked_mean(ratio, mask),
-        }
+    # GRPO's clip on the sequence ratio: its log against 0 is token_log (no dual clip in GSPO).
+    loss, clip = policy_loss(
+        token_log, torch.zeros_like(token_log), advantages, mask, clip_low, clip_high, None
+    )
+    metrics = {
+        "clip_fraction": clip["clip_fraction"],
+        "approx_kl": _masked_mean(-log_ratio.detach(), mask),
+        "seq_ratio_mean": clip["ratio_mean"],
+    }
     return loss, metrics
 
 
