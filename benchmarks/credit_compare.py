@@ -15,7 +15,8 @@ Hint rollouts sample more tokens than the others, so each arm is read at plain G
 of the same seed: the training pass rate of the last two steps within that budget, and the first step
 whose training pass rate reaches plain GRPO's final one. The evaluation after the last step is printed as
 well (hints may have spent more than the budget by then). Printed: each seed's row, then each arm's mean
-and range over seeds. The numbers are what they are: no arm is expected to win.
+and range over seeds, and each arm's step time with the teacher's share of it. The numbers are what they
+are: no arm is expected to win.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ class ArmRun:
     """The training pass rate of each GRPO step."""
     tokens: list[float]
     """Tokens sampled in each step, hint rollouts included."""
+    step_seconds: list[float]
+    """Each step's rollout and learner time (the hint rollouts are part of the rollout time)."""
+    credit_seconds: list[float]
+    """Each step's teacher scoring and gating: a part of its learner time (0 for plain GRPO)."""
     final_eval: float
     warm_start_eval: float
     minutes: float
@@ -67,6 +72,8 @@ def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path) -> ArmRu
         seed=seed, arm=arm,
         pass_rates=[line["pass_rate"] for line in lines],
         tokens=[line["tokens_generated"] + line.get("hint_tokens_generated", 0.0) for line in lines],
+        step_seconds=[line["time_rollout_s"] + line["time_learn_s"] for line in lines],
+        credit_seconds=[line.get("time_credit_s", 0.0) for line in lines],
         final_eval=result.final_pass_rate, warm_start_eval=result.baseline_pass_rate,
         minutes=(time.monotonic() - started) / 60,
     )  # fmt: skip
@@ -148,6 +155,19 @@ def report(rows: list[Row]) -> None:
     console.print(summary)
 
 
+def report_cost(runs: list[ArmRun]) -> None:
+    """Each arm's step time and the teacher's share of it, from the same steps' own clocks."""
+    table = Table(title="cost per GRPO step, over seeds: mean seconds")
+    for col in ("arm", "step (rollout + learn)", "of it: teacher and gate", "share"):
+        table.add_column(col, justify="right")
+    for arm in dict.fromkeys(r.arm for r in runs):
+        steps = [s for r in runs if r.arm == arm for s in r.step_seconds]
+        credit = [s for r in runs if r.arm == arm for s in r.credit_seconds]
+        step, teacher = statistics.mean(steps), statistics.mean(credit)
+        table.add_row(arm, f"{step:.1f}", f"{teacher:.2f}", f"{teacher / step:.1%}")
+    console.print(table)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-2", help="(default: %(default)s)")
@@ -166,6 +186,7 @@ def main() -> int:
                 runs.append(run_arm(seed, arm, overrides_of(args.overrides), Path(tmp)))
     rows = rows_of(runs)
     report(rows)
+    report_cost(runs)
     if args.json is not None:
         dump = {"runs": [asdict(r) for r in runs], "rows": [asdict(r) for r in rows]}
         args.json.write_text(json.dumps(dump, indent=2) + "\n")
