@@ -6,6 +6,8 @@ reward) give the numbers worked out by hand."""
 from __future__ import annotations
 
 import math
+import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +240,44 @@ def test_each_policy_loss_setting_picks_its_surrogate() -> None:
         config = LearnerConfig(policy_loss=name, ratio_against="sampler", importance="none")  # type: ignore[arg-type]
         loss, _ = objective(config, logprobs, logits, batch, None, norm_tokens=20, norm_seqs=3)
         assert loss.item() == pytest.approx(value, abs=1e-7), name
+
+
+DENSE_SETTINGS: list[dict[str, Any]] = [
+    *({"loss_agg": agg} for agg in ("token-mean", "token-sum", "seq-mean-token-mean", "seq-mean-token-sum")),
+    {"loss_agg": "seq-mean-token-sum-norm", "max_len": 64},
+    {"importance": "mask"},
+    {"importance": "none"},
+    {"importance_level": "sequence", "importance_batch_normalize": True},
+]
+
+
+@pytest.mark.parametrize("options", DENSE_SETTINGS, ids=lambda o: "-".join(str(v) for v in o.values()))
+def test_dense_advantages_enter_token_by_token_under_every_aggregation_and_importance_setting(
+    tiny_model_path: Path, options: dict[str, Any]
+) -> None:
+    """Dense credit (issue 19) hands the learner one advantage per token. At the first update the ratio is
+    1 and the loss is linear in the advantages, so the gradient of scalar + delta must be the scalar's plus
+    delta's, whatever the aggregation or importance correction; and a row whose per-token advantages all
+    equal its scalar must train exactly as the scalar row."""
+    rows = make_rows(6)
+    g = random.Random(1)
+    deltas = [[g.uniform(-1, 1) for _ in r.ids[1:]] for r in rows]
+
+    def grads(token_advantages: list[list[float]] | None) -> dict[str, torch.Tensor]:
+        torch.manual_seed(0)
+        model = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+        learner = Learner(model, LearnerConfig(lr=1e-3, grad_clip=1e9, **options), pad_id=0, temperature=0.9)
+        dense: list[list[float] | None] = [*token_advantages] if token_advantages else [None] * len(rows)
+        learner.accumulate_grpo([replace(r, token_advantages=d) for r, d in zip(rows, dense, strict=True)])
+        return gradients(learner)
+
+    scalar, delta = grads(None), grads(deltas)
+    both = grads([[r.advantage + d for d in ds] for r, ds in zip(rows, deltas, strict=True)])
+    same = grads([[r.advantage] * (len(r.ids) - 1) for r in rows])
+    scale = max(float(g.abs().max()) for g in scalar.values())
+    for name in scalar:
+        torch.testing.assert_close(both[name], scalar[name] + delta[name], rtol=1e-4, atol=1e-5 * scale)
+        torch.testing.assert_close(same[name], scalar[name], rtol=1e-6, atol=1e-7 * scale)
+    # delta's gradient is not the scalar's rescaled: the per-token values reached the loss one by one.
+    flat = torch.cat([g.flatten() for g in scalar.values()]), torch.cat([g.flatten() for g in delta.values()])
+    assert abs(float(torch.nn.functional.cosine_similarity(*flat, dim=0))) < 0.9
