@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from harness.config import ConfigError
 from harness.serve import create_app, running
 from harness.training.distributed import Processes, resolve_device, start
+from harness.training.teacher import CreditConfig
 from harness.training.train import TrainConfig, train
 from policies.hf import HFPolicy
 from tests.conftest import require_backend
@@ -68,7 +69,7 @@ def one_process(tiny_model_path: Path, tmp_path_factory: pytest.TempPathFactory)
     return out
 
 
-def assert_same_run(run: Path, reference: Path) -> None:
+def assert_same_run(run: Path, reference: Path, weight_gap: float = 1e-5) -> None:
     """The same rollouts, written once; the same learner log-probs, from both processes; the same weights."""
     assert generated(run) == generated(reference)
     assert len(lines(run / "trajectories.jsonl")) == 2 * 3  # steps x group size, no copies from rank 1
@@ -86,7 +87,7 @@ def assert_same_run(run: Path, reference: Path) -> None:
         # As in test_learner: AdamW's steps agree to about 1e-7, up to a percent of lr (1e-3) where the
         # summation order of the processes meets a gradient near 0.
         gap = (a[name] - b[name]).abs().max().item()
-        assert gap <= 1e-5, f"{name}: {gap}"
+        assert gap <= weight_gap, f"{name}: {gap}"
 
 
 @pytest.mark.timeout(180)
@@ -99,6 +100,34 @@ def test_two_processes_under_torchrun_train_as_one(
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stderr.count("step 2/2: reward") == 1  # rank 0 alone reports the steps
     assert_same_run(run.rollout.out, one_process)
+
+
+@pytest.mark.timeout(180)
+def test_dense_credit_under_fsdp_trains_as_one_process(tiny_model_path: Path, tmp_path: Path) -> None:
+    """`credit.mode: outcome+opsd` with FSDP (issue 19): rank 0 scores the rows with the policy as
+    teacher while the learner's weights are sharded, and the run is the one-process run: the same rollouts,
+    per-token advantages and learner log-probs, and weights within AdamW's noise (measured 2.5e-5 at lr 1e-3,
+    the same under replicate: where a gradient is near 0 the processes' summation order moves the step)."""
+    credit = CreditConfig(mode="outcome+opsd")
+    one = small_config(tiny_model_path, tmp_path / "one").model_copy(update={"credit": credit})
+    train(one)
+    run = small_config(tiny_model_path, tmp_path / "fsdp", parallel="fsdp").model_copy(
+        update={"credit": credit}
+    )
+    proc = torchrun(run, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_same_run(run.rollout.out, one.rollout.out, weight_gap=1e-4)
+    dense, expected = (
+        {
+            (x["step"], x["trajectory_id"], x["segment"]): x["token_advantages"]
+            for x in lines(r / "learner.jsonl")
+        }
+        for r in (run.rollout.out, one.rollout.out)
+    )
+    assert all(dense[k] is not None and len(set(dense[k])) > 2 for k in dense)  # per token, not one value
+    for key, values in dense.items():  # as the log-probs: step 2's teacher is step 1's weights
+        assert values == pytest.approx(expected[key], abs=1e-4), key
+    assert "credit_gap_mean" in lines(run.rollout.out / "metrics.jsonl")[0]
 
 
 @pytest.mark.timeout(180)
