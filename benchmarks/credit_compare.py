@@ -4,8 +4,12 @@
         [KEY=VALUE ...]
 
 Each (seed, arm) runs `harness demo` (`harness/training/train_demo.py`; KEY=VALUE overrides its settings,
-e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms share the tiny model, the warm start and
-the evaluation seeds, so they differ only in the GRPO steps:
+e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms start from one warm start (its GRPO
+arm's, `warm_start_from`) and share the evaluation seeds, so they differ only in the GRPO steps. The warm
+start here includes the right fixes with the privileged header (`header_demos=true`; `header_demos=false`
+gives the demo's own): a model that reads the header, which the teacher and the hint rollouts need. The
+demo's hard variant is `decoys_per_fix=4` (the warm start writes the wrong fix four times as often).
+Arms:
 
 - grpo:  `credit.mode: outcome` (the default);
 - opsd:  `credit.mode: outcome+opsd` (the policy scores its own tokens after the privileged header);
@@ -57,14 +61,21 @@ class ArmRun:
     """Each step's rollout and learner time (the hint rollouts are part of the rollout time)."""
     credit_seconds: list[float]
     """Each step's teacher scoring and gating: a part of its learner time (0 for plain GRPO)."""
+    hint_rollouts: float
+    """Hint rollouts sampled over the run (groups that all failed x `credit.hint_rollouts`)."""
+    hint_successes: float
+    """Those of them that solved their task: the rows a hint arm trains on come from these."""
     final_eval: float
     warm_start_eval: float
     minutes: float
 
 
-def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path) -> ArmRun:
-    settings = {"out": str(root / f"seed{seed}-{arm}"), "seed": seed, **overrides}
-    config = DemoConfig.model_validate(settings).model_copy(update={"credit": ARMS[arm]})
+def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path, warm: Path | None) -> ArmRun:
+    """One arm of one seed; from the warm start of the run in `warm` if given (the seed's first arm)."""
+    settings = {"out": str(root / f"seed{seed}-{arm}"), "seed": seed, "header_demos": True, **overrides}
+    config = DemoConfig.model_validate(settings).model_copy(
+        update={"credit": ARMS[arm], "warm_start_from": warm}
+    )
     started = time.monotonic()
     result = run_training_demo(config)
     lines = [json.loads(line) for line in (config.out / "grpo" / "metrics.jsonl").read_text().splitlines()]
@@ -74,6 +85,8 @@ def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path) -> ArmRu
         tokens=[line["tokens_generated"] + line.get("hint_tokens_generated", 0.0) for line in lines],
         step_seconds=[line["time_rollout_s"] + line["time_learn_s"] for line in lines],
         credit_seconds=[line.get("time_credit_s", 0.0) for line in lines],
+        hint_rollouts=sum(line.get("hint_rollouts", 0.0) for line in lines),
+        hint_successes=sum(line.get("hint_rollouts", 0.0) * line.get("hint_success_rate", 0.0) for line in lines),
         final_eval=result.final_pass_rate, warm_start_eval=result.baseline_pass_rate,
         minutes=(time.monotonic() - started) / 60,
     )  # fmt: skip
@@ -106,6 +119,7 @@ class Row:
     final_eval: float
     warm_start_eval: float
     tokens: float
+    hints: str
     minutes: float
 
 
@@ -117,7 +131,8 @@ def rows_of(runs: list[ArmRun]) -> list[Row]:
         rate, steps = at_budget(run, sum(grpo.tokens))
         rows.append(
             Row(run.seed, run.arm, rate, steps, steps_to_reach(run, target), run.final_eval,
-                run.warm_start_eval, sum(run.tokens), run.minutes)
+                run.warm_start_eval, sum(run.tokens), f"{run.hint_successes:.0f}/{run.hint_rollouts:.0f}",
+                run.minutes)
         )  # fmt: skip
     return rows
 
@@ -129,13 +144,13 @@ def spread(values: list[float]) -> str:
 def report(rows: list[Row]) -> None:
     table = Table(title="per seed: training pass rate at plain GRPO's sampled-token budget")
     for col in ("seed", "arm", "pass@budget", "steps in budget", "steps to GRPO's final", "eval after",
-                "warm start eval", "tokens", "min"):  # fmt: skip
+                "warm start eval", "tokens", "hints solved", "min"):  # fmt: skip
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(
             str(r.seed), r.arm, f"{r.pass_rate_at_budget:.3f}", str(r.steps_within_budget),
             str(r.steps_to_grpo_final), f"{r.final_eval:.3f}", f"{r.warm_start_eval:.3f}", f"{r.tokens:,.0f}",
-            f"{r.minutes:.1f}",
+            r.hints, f"{r.minutes:.1f}",
         )  # fmt: skip
     console.print(table)
     summary = Table(title="over seeds: mean (min-max)")
@@ -181,9 +196,10 @@ def main() -> int:
     runs = []
     with tempfile.TemporaryDirectory(prefix="credit-compare-") as tmp:
         for seed in seeds_of(args.seeds):
-            for arm in arms:
+            for arm in ["grpo", *(a for a in arms if a != "grpo")]:
                 console.print(f"[bold]seed {seed}, {arm}")
-                runs.append(run_arm(seed, arm, overrides_of(args.overrides), Path(tmp)))
+                warm = None if arm == "grpo" else Path(tmp) / f"seed{seed}-grpo"
+                runs.append(run_arm(seed, arm, overrides_of(args.overrides), Path(tmp), warm))
     rows = rows_of(runs)
     report(rows)
     report_cost(runs)

@@ -35,11 +35,14 @@ def test_the_credit_comparison_reads_each_arm_at_plain_grpos_token_budget() -> N
     # GRPO samples 10 tokens a step (budget 30) and ends at pass rates 0.5, 0.5 (its final: 0.5). The hint
     # arm samples 15 a step: two steps fit the budget, whose pass rates 0.25 and 0.5 average 0.375; it
     # first reaches 0.5 at step 2.
-    grpo = ArmRun(0, "grpo", [0.0, 0.5, 0.5], [10.0, 10.0, 10.0], [2.0] * 3, [0.0] * 3, 0.6, 0.1, 1.0)
+    grpo = ArmRun(
+        0, "grpo", [0.0, 0.5, 0.5], [10.0, 10.0, 10.0], [2.0] * 3, [0.0] * 3, 0.0, 0.0, 0.6, 0.1, 1.0
+    )
     hints = ArmRun(
-        0, "hints", [0.25, 0.5, 1.0], [15.0, 15.0, 15.0], [3.0] * 3, [0.5, 1.0, 1.5], 0.9, 0.1, 1.0
+        0, "hints", [0.25, 0.5, 1.0], [15.0, 15.0, 15.0], [3.0] * 3, [0.5, 1.0, 1.5], 4.0, 3.0, 0.9, 0.1, 1.0
     )
     rows = {r.arm: r for r in rows_of([grpo, hints])}
+    assert (rows["hints"].hints, rows["grpo"].hints) == ("3/4", "0/0")
     assert (rows["grpo"].pass_rate_at_budget, rows["grpo"].steps_within_budget) == (0.5, 3)
     assert (rows["hints"].pass_rate_at_budget, rows["hints"].steps_within_budget) == (0.375, 2)
     assert rows["hints"].steps_to_grpo_final == 2 and rows["grpo"].steps_to_grpo_final == 2

@@ -20,12 +20,16 @@ from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, tools_from_loop
-from harness.rollouts.local import rollout
+from harness.rollouts.local import check_continues, make_rollouts, select
 from harness.rollouts.store import RunStore
+from harness.training.credit import Privileged, privileged_header
+from harness.training.hints import hint_task
 from harness.training.learner import Learner, LearnerConfig, Row
+from harness.training.teacher import header_ids
 from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
 from summarizer import SummaryConfig
+from tasks.model import HINT_SUFFIX, Task
 from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
 
@@ -84,6 +88,19 @@ class SFTConfig(BaseModel):
     """Scripted policies that make the demonstrations: `gold`, `gold-min`, `decoy`, or a FILE."""
     solved_only: bool = True
     """Train only on demonstrations that solved their task."""
+    repeats: dict[str, int] = Field(default_factory=dict)
+    """How many times a script's demonstrations appear in each epoch (1 for a script not named here): with
+    scripts `[gold-min, decoy]`, `{decoy: 4}` warm-starts a model that writes the wrong fix about four
+    times as often as the right one."""
+    header_scripts: list[str] = Field(default_factory=list)
+    """Scripts (among `scripts`) whose solved demonstrations are trained on a second and a third time with
+    the task's privileged header (`header_parts`), in the two places training puts it: as tokens before
+    the conversation, where the OPSD teacher reads it (`teacher.header_ids`), and after the task's
+    statement, where a hint rollout reads it (`hints.hint_task`; these demonstrations are rolled out on
+    that task). A model warm-started without them has never read a header: the same weights after one
+    are no teacher. Empty: none."""
+    header_parts: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
+    """What the header of `header_scripts` holds (`credit.privileged` of the training run that follows)."""
     epochs: int = Field(default=10, ge=1)
     """Passes over the demonstrations at most."""
     target_loss: float | None = Field(default=None, gt=0)
@@ -109,6 +126,64 @@ class SFTConfig(BaseModel):
     def _older(cls, data: Any) -> Any:
         return tools_from_loop(data)
 
+    @model_validator(mode="after")
+    def _named_scripts(self) -> SFTConfig:
+        for field in ("repeats", "header_scripts"):
+            unknown = sorted(set(getattr(self, field)) - set(self.scripts))
+            if unknown:
+                raise ValueError(f"{field} names {unknown}, which are not among scripts {self.scripts}")
+        if any(n < 1 for n in self.repeats.values()):
+            raise ValueError(f"repeats must be at least 1, got {self.repeats}")
+        return self
+
+
+def after_header(header: Sequence[int], row: Row) -> Row:
+    """`row` after the header's ids, as the OPSD teacher reads a row (`teacher.teacher_logprobs`); the
+    header is not trained on."""
+    ids = [*header, *row.ids]
+    return Row(ids, [0] * len(header) + row.mask, [0.0] * len(ids), 0.0)
+
+
+def demonstrations(config: SFTConfig, script: str, tasks: Sequence[Task], folder: Path) -> list[Trajectory]:
+    """One episode of `script` on each task (hint tasks among them), saved in `folder` and taken from it
+    where it is there already; in (task, sample) order, which concurrency does not change."""
+    demos = RolloutConfig(
+        suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}", out=folder, seed=config.seed,
+        loop=config.loop, summary=config.summary, sandbox=config.sandbox, tools=config.tools,
+    )  # fmt: skip
+    store = RunStore(folder)
+    check_continues(store, demos)
+    done = {t.task_id: t for t in store.create(demos)}
+    rollouts = make_rollouts(demos)
+    try:
+        new = rollouts.run_batch([(t, 0) for t in tasks if t.id not in done], store.append_trajectory)
+    finally:
+        rollouts.close()
+    return sorted([*done.values(), *new], key=lambda t: (t.task_id, t.sample_index))
+
+
+def demonstration_rows(config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt: ChatFormat) -> list[Row]:
+    """Every row of the warm start: each script's demonstrations (`repeats` times), and those of
+    `header_scripts` with the privileged header before the conversation and in the statement."""
+    by_id = {t.id: t for t in tasks}
+
+    def tools_for(task_id: str) -> list[dict[str, Any]]:
+        return Toolbox.for_task(by_id[task_id.removesuffix(HINT_SUFFIX)], config.tools).schemas()
+
+    rows: list[Row] = []
+    for script in config.scripts:
+        own = demonstrations(config, script, tasks, config.out / "demonstrations" / Path(script).name)
+        rows += sft_rows(own, tools_for, fmt, config.solved_only) * config.repeats.get(script, 1)
+        if script not in config.header_scripts:
+            continue
+        for t in own:
+            header = header_ids(tokenizer, by_id[t.task_id], config.header_parts)
+            rows += [after_header(header, row) for row in sft_rows([t], tools_for, fmt, solved_only=True)]
+        hinted = [hint_task(t, privileged_header(t, config.header_parts)) for t in tasks]
+        folder = config.out / "demonstrations" / f"{Path(script).name}{HINT_SUFFIX}"
+        rows += sft_rows(demonstrations(config, script, hinted, folder), tools_for, fmt, solved_only=True)
+    return rows
+
 
 def run_sft(
     config: SFTConfig,
@@ -117,25 +192,10 @@ def run_sft(
 ) -> Path:
     """Rolls out the demonstrations, trains on them, and saves the model to OUT/model; returns that folder.
     `on_epoch` gets each epoch's index and mean loss."""
-    trajectories: list[Trajectory] = []
-    for script in config.scripts:
-        demos = RolloutConfig(
-            suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}",
-            out=config.out / "demonstrations" / Path(script).name, seed=config.seed, loop=config.loop,
-            summary=config.summary, sandbox=config.sandbox, tools=config.tools,
-        )  # fmt: skip
-        rollout(demos)
-        # The run file is in finishing order, which concurrency makes vary; the seed fixes the rest.
-        trajectories += sorted(RunStore(demos.out).trajectories(), key=lambda t: (t.task_id, t.sample_index))
-    tasks = {t.id: t for t in load_suite(config.suite)}
     policy = HFPolicy(config.model, seed=config.seed)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
-
-    def tools_for(task_id: str) -> list[dict[str, Any]]:
-        task = tasks[task_id]
-        return Toolbox.for_task(task, config.tools).schemas()
-
-    rows = sft_rows(trajectories, tools_for, fmt, config.solved_only)
+    tasks = select(load_suite(config.suite), config.tasks)
+    rows = demonstration_rows(config, tasks, policy.tokenizer, fmt)
     if not rows:
         raise ValueError(f"no demonstration to train on in {config.out / 'demonstrations'}")
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]

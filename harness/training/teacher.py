@@ -15,9 +15,23 @@ from typing import Any, Literal
 import torch
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.training.credit import CreditMode, Privileged, dense_advantages, opsd_signal, turn_mean
+from harness.training.credit import (
+    CreditMode,
+    Privileged,
+    dense_advantages,
+    opsd_signal,
+    privileged_header,
+    turn_mean,
+)
 from harness.training.learner import Row, token_logprobs
 from policies.base import Scorer
+from tasks.model import Task
+
+
+def header_ids(tokenizer: Any, task: Task, parts: Sequence[Privileged]) -> list[int]:
+    """The teacher header's tokens for `task`: the ids that go before a row's own when the teacher scores
+    it, and before a warm-start demonstration that teaches the model to read them (`SFTConfig`)."""
+    return list(tokenizer.encode(privileged_header(task, parts), add_special_tokens=False))
 
 
 @torch.no_grad()

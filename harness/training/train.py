@@ -54,7 +54,7 @@ from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
-from harness.training.teacher import CreditConfig, Credited, teacher_folder, with_dense_credit
+from harness.training.teacher import CreditConfig, Credited, header_ids, teacher_folder, with_dense_credit
 from policies.base import TokenPolicy
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
@@ -394,8 +394,7 @@ class TrainingRun:
         task_of = {t.id: t.task_id for t in trajectories}
         headers: dict[str, list[int]] = {}
         for task_id in {task_of[row.source[0]] for row in rows if row.source is not None}:
-            text = privileged_header(self.tasks[task_id], config.privileged)
-            headers[task_id] = list(self.policy.tokenizer.encode(text, add_special_tokens=False))
+            headers[task_id] = header_ids(self.policy.tokenizer, self.tasks[task_id], config.privileged)
         return with_dense_credit(
             rows,
             [headers[task_of[row.source[0]]] if row.source is not None else [] for row in rows],

@@ -73,6 +73,18 @@ class DemoConfig(BaseModel):
     """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48
     """A segment is summarized once it passes its prompt by this many tokens."""
+    decoys_per_fix: int = Field(default=1, ge=1)
+    """Wrong-fix demonstrations per right one in the warm start (`SFTConfig.repeats`). 1 is the demo; 4 is
+    its hard variant: the warm start writes the right fix about one time in five, so that whole groups
+    of rollouts fail and GRPO has less to start from."""
+    header_demos: bool = False
+    """Also warm-start on the right fixes with the privileged header of `credit.privileged`, before the
+    conversation and in the statement (`SFTConfig.header_scripts`): a model that reads the header, which
+    the OPSD teacher and hint rollouts need. benchmarks/credit_compare.py turns it on."""
+    warm_start_from: Path | None = None
+    """The folder of an earlier demo run of the same seed and warm-start settings: GRPO starts from its
+    warm-started model (OUT/sft/model) instead of one trained again, which gives the same weights on the
+    same machine. benchmarks/credit_compare.py runs every arm of a seed from its first arm's."""
     credit: CreditConfig = Field(default_factory=CreditConfig)
     """Credit finer than the outcome for the GRPO steps (`harness train`'s `credit`): outcome only by
     default; benchmarks/credit_compare.py runs the demo with OPSD and with hint rollouts beside it."""
@@ -90,7 +102,8 @@ class DemoResult(BaseModel):
     """Mean reward of the rollouts of each GRPO step."""
     summaries_per_trajectory: list[float]
     warm_start_epochs: int
-    """Epochs the warm start took to reach its target loss (this varies between machines)."""
+    """Epochs the warm start took to reach its target loss (this varies between machines); 0 when it was
+    taken from an earlier run (`warm_start_from`)."""
 
 
 def prompt_tokens(policy: HFPolicy, suite: str) -> int:
@@ -135,12 +148,16 @@ def warm_start(
                 f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f} ({time.monotonic() - started:.0f}s)"
             )
 
-    console.print("   rolling out scripted demonstrations (right and wrong fixes), then training on them")
+    console.print(
+        "   rolling out scripted demonstrations (right and wrong fixes"
+        f"{', right ones with the privileged header' if config.header_demos else ''}), then training on them"
+    )
 
     sft_model = run_sft(
         SFTConfig(
             model=base, suite="demo", out=config.out / "sft", scripts=["gold-min", "decoy"], solved_only=False,
-            epochs=config.sft_epochs, target_loss=config.sft_target_loss,
+            epochs=config.sft_epochs, target_loss=config.sft_target_loss, repeats={"decoy": config.decoys_per_fix},
+            header_scripts=["gold-min"] if config.header_demos else [], header_parts=config.credit.privileged,
             rows_per_step=4, seed=config.seed, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
             sandbox=sandbox, learner=LearnerConfig(lr=config.sft_lr),
         ),
@@ -148,6 +165,14 @@ def warm_start(
     )  # fmt: skip
     console.print(f"   warm start: {len(epochs)} epochs, last loss {epochs[-1]:.4f} -> {sft_model}")
     return sft_model, epochs
+
+
+def reused_warm_start(run: Path) -> Path:
+    """The warm-started model of an earlier demo run's folder; a clear error if it has none."""
+    model = run / "sft" / "model"
+    if not (model / "config.json").is_file():
+        raise ValueError(f"warm_start_from: {run} holds no warm-started model (no {model / 'config.json'})")
+    return model
 
 
 def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
@@ -160,8 +185,12 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
     budget = prompt_tokens(HFPolicy(base), "demo") + config.summary_margin_tokens
     summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
-    console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
-    sft_model, epochs = warm_start(config, base, sandbox, console)
+    if config.warm_start_from is None:
+        console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
+        sft_model, epochs = warm_start(config, base, sandbox, console)
+    else:
+        sft_model, epochs = reused_warm_start(config.warm_start_from), []
+        console.print(f"[bold]2.[/] the warm start of an earlier run: {sft_model}")
     baseline = evaluate(sft_model, config, summary, "eval-warm-start")
     console.print(
         f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
