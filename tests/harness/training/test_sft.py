@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
+
 from envs.sandbox import SandboxConfig
 from harness.rollouts.store import RunStore
-from harness.training.learner import LearnerConfig
-from harness.training.sft import SFTConfig, run_sft, segment_row
+from harness.training.credit import HEADER_TITLE, privileged_header
+from harness.training.learner import LearnerConfig, Row
+from harness.training.sft import SFTConfig, demonstration_rows, run_sft, segment_row
+from harness.training.teacher import header_ids, teacher_logprobs
 from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
 from summarizer import SummaryConfig
@@ -52,3 +57,61 @@ def test_sft_rows_render_the_conversation_exactly_and_training_lowers_the_loss(
         trained = [i for i, m in zip(row.ids, row.mask, strict=True) if m]
         expected = "".join(f"{m['content']}<|im_end|>" for m in as_text if m["role"] == "assistant")
         assert policy.tokenizer.decode(trained, skip_special_tokens=False) == expected
+
+
+def test_header_demonstrations_sit_where_the_teacher_and_a_hint_rollout_read_the_header_and_are_learnt(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """`header_scripts`: the right fix again after the header (mask 0 on it) and in the statement;
+    `repeats`: the wrong fix twice. Trained, the model reads the header: after it, the right fix's
+    tokens gain log-prob and the wrong fix's lose it, while without it the model writes either."""
+    require_backend("bwrap")
+    config = SFTConfig(
+        model=tiny_model_path, suite="demo", tasks=["demo-add"], out=tmp_path / "sft", scripts=["gold-min", "decoy"],
+        solved_only=False, repeats={"decoy": 2}, header_scripts=["gold-min"], epochs=150, target_loss=0.01,
+        rows_per_step=4, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
+        sandbox=SandboxConfig(backend="bwrap"), learner=LearnerConfig(lr=3e-3),
+    )  # fmt: skip
+    model = run_sft(config)
+    policy = HFPolicy(model)
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+    (task,) = [t for t in load_suite("demo") if t.id == "demo-add"]
+    tools = Toolbox.for_task(task).schemas()
+
+    def demonstrated(script: str) -> list[Row]:
+        return [
+            segment_row(segment.messages, tools, fmt)
+            for t in RunStore(config.out / "demonstrations" / script).trajectories()
+            for segment in t.segments
+        ]
+
+    right, hinted, wrong = demonstrated("gold-min"), demonstrated("gold-min.hint"), demonstrated("decoy")
+    rows = demonstration_rows(config, [task], policy.tokenizer, fmt)  # from the demonstrations' folders
+    assert right and len(rows) == 2 * len(right) + len(hinted) + 2 * len(wrong)
+    header = header_ids(policy.tokenizer, task, ["gold_patch"])
+    for own, after in zip(right, rows[len(right) : 2 * len(right)], strict=True):
+        assert after.ids == [*header, *own.ids] and after.mask == [0] * len(header) + own.mask
+    in_statement = rows[2 * len(right)]
+    assert privileged_header(task, ["gold_patch"]).strip() in policy.tokenizer.decode(in_statement.ids)
+    assert not any(HEADER_TITLE in policy.tokenizer.decode(r.ids) for r in [*rows[: len(right)], *wrong])
+    written = [[i for i, m in zip(r.ids, r.mask, strict=True) if m] for r in (in_statement, right[0])]
+    assert written[0] == written[1]  # the same fix, written after the header in the statement
+
+    def gap(row: Row) -> float:
+        """log p(row | header) - log p(row), summed over the row's trained tokens."""
+        (teacher,) = teacher_logprobs(policy.model, header, [row], 1.0, torch.device("cpu"))
+        (student,) = teacher_logprobs(policy.model, [], [row], 1.0, torch.device("cpu"))
+        return sum(teacher) - sum(student)
+
+    # Learnt, the right fix's first segment gains about ln 3 after the header, the wrong one's loses more.
+    assert gap(right[0]) > 0.5 and gap(wrong[0]) < -0.5, (gap(right[0]), gap(wrong[0]))
+
+
+def test_repeats_and_header_scripts_name_scripts_of_the_run(tmp_path: Path) -> None:
+    for scripts, bad in (
+        (["decoy"], {"repeats": {"gold": 2}}),
+        (["gold"], {"header_scripts": ["decoy"]}),
+        (["decoy"], {"repeats": {"decoy": 0}}),
+    ):
+        with pytest.raises(ValueError, match=r"repeats|header_scripts"):
+            SFTConfig.model_validate({"model": tmp_path, "scripts": scripts, **bad})

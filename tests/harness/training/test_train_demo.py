@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from harness.rollouts.store import RunStore
-from harness.training.train_demo import DemoResult
+from harness.training.train_demo import DemoResult, reused_warm_start
 
 FIRST_LAST = 2
 """Steps averaged at each end of the run."""
@@ -54,3 +56,11 @@ def test_summaries_happen_in_training_and_are_trained_on(scripted_training_run: 
         if summary_turns and line["advantage"] != 0:
             trained_summary_tokens += sum(len(turn.generated_ids) for turn in summary_turns)
     assert trained_summary_tokens > 0 and later_segments > 0
+
+
+def test_a_warm_start_is_reused_only_from_a_run_that_has_one(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="holds no warm-started model"):
+        reused_warm_start(tmp_path)
+    (tmp_path / "sft" / "model").mkdir(parents=True)
+    (tmp_path / "sft" / "model" / "config.json").write_text("{}")
+    assert reused_warm_start(tmp_path) == tmp_path / "sft" / "model"
