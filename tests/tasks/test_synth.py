@@ -468,7 +468,10 @@ def test_a_test_that_never_ends_is_stopped_alone_and_the_run_goes_on(backend: st
         "test_endless.py::test_swallows_exceptions": "failed",
         "test_endless.py::test_fine": "passed",
     }
-    assert run.durations["test_endless.py::test_forever"] >= 2.0
+    # It ran until its limit, not less. The limit's timer starts before pytest's clock of the test's first
+    # phase and runs between its phases, so the phases' summed durations fall a little short of 2 s
+    # (1.996 s in one CI run): a tenth of the limit covers that time, which load can lengthen.
+    assert run.durations["test_endless.py::test_forever"] >= 0.9 * 2.0
 
 
 # ---- real third-party code -------------------------------------------------------------------------
