@@ -110,9 +110,12 @@ def rollout(
     config: RolloutConfig,
     policy: Policy | None = None,
     on_progress: Callable[[int, int, Trajectory | None], None] | None = None,
+    tasks: list[Task] | None = None,
 ) -> RolloutSummary:
-    """Runs every rollout of the config that the run directory does not have yet; returns the summary."""
-    tasks = select(load_suite(config.suite), config.tasks)
+    """Runs every rollout of the config that the run directory does not have yet; returns the summary.
+    `tasks`, if given, are run instead of the config's suite and selection (tasks made on the fly, such
+    as hint tasks)."""
+    tasks = select(load_suite(config.suite), config.tasks) if tasks is None else tasks
     store = RunStore(config.out)
     check_continues(store, config)
     done = {(t.task_id, t.sample_index) for t in store.create(config)}

@@ -20,7 +20,7 @@ from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, tools_from_loop
-from harness.rollouts.local import check_continues, make_rollouts, select
+from harness.rollouts.local import rollout, select
 from harness.rollouts.store import RunStore
 from harness.training.credit import Privileged, privileged_header
 from harness.training.hints import hint_task
@@ -144,22 +144,16 @@ def after_header(header: Sequence[int], row: Row) -> Row:
     return Row(ids, [0] * len(header) + row.mask, [0.0] * len(ids), 0.0)
 
 
-def demonstrations(config: SFTConfig, script: str, tasks: Sequence[Task], folder: Path) -> list[Trajectory]:
+def demonstrations(config: SFTConfig, script: str, tasks: list[Task], folder: Path) -> list[Trajectory]:
     """One episode of `script` on each task (hint tasks among them), saved in `folder` and taken from it
-    where it is there already; in (task, sample) order, which concurrency does not change."""
+    where it is there already. The run file is in finishing order, which concurrency makes vary: the
+    episodes are returned in (task, sample) order."""
     demos = RolloutConfig(
         suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}", out=folder, seed=config.seed,
         loop=config.loop, summary=config.summary, sandbox=config.sandbox, tools=config.tools,
     )  # fmt: skip
-    store = RunStore(folder)
-    check_continues(store, demos)
-    done = {t.task_id: t for t in store.create(demos)}
-    rollouts = make_rollouts(demos)
-    try:
-        new = rollouts.run_batch([(t, 0) for t in tasks if t.id not in done], store.append_trajectory)
-    finally:
-        rollouts.close()
-    return sorted([*done.values(), *new], key=lambda t: (t.task_id, t.sample_index))
+    rollout(demos, tasks=tasks)
+    return sorted(RunStore(folder).trajectories(), key=lambda t: (t.task_id, t.sample_index))
 
 
 def demonstration_rows(config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt: ChatFormat) -> list[Row]:

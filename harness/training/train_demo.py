@@ -179,18 +179,18 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     console = console or Console()
     config = config.model_copy(update={"backend": resolve_backend(config.backend)})
     sandbox = SandboxConfig.model_validate({"backend": config.backend})
-    base = build_tiny_model(
-        config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
-    )
-    console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
-    budget = prompt_tokens(HFPolicy(base), "demo") + config.summary_margin_tokens
-    summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
     if config.warm_start_from is None:
+        base = build_tiny_model(
+            config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
+        )
+        console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
         console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
         sft_model, epochs = warm_start(config, base, sandbox, console)
     else:
         sft_model, epochs = reused_warm_start(config.warm_start_from), []
-        console.print(f"[bold]2.[/] the warm start of an earlier run: {sft_model}")
+        console.print(f"[bold]1-2.[/] the tiny model as an earlier run warm-started it: {sft_model}")
+    budget = prompt_tokens(HFPolicy(sft_model), "demo") + config.summary_margin_tokens  # one tokenizer
+    summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
     baseline = evaluate(sft_model, config, summary, "eval-warm-start")
     console.print(
         f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
