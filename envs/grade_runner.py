@@ -44,10 +44,62 @@ def _inside(path: str, root: str) -> bool:
     return os.path.realpath(path).startswith(os.path.realpath(root).rstrip("/") + "/")
 
 
-FULL_PATH = list(sys.path)
-"""sys.path as Python's start-up made it: the one the tests run with."""
+def _environment_path() -> list[str]:
+    """The tests' sys.path. Started with `-S` (as the grader starts it), Python ran no `site` and no
+    `.pth` file: the path is worked out here as `site` would make it, its site folders and the folders
+    their `.pth` files name, without running the `import` lines of any `.pth` file. Without `-S`: as
+    Python's start-up made it."""
+    if not sys.flags.no_site:
+        return list(sys.path)
+    import site
+
+    found = list(sys.path)
+    for folder in site.getsitepackages(_prefixes()):
+        if not os.path.isdir(folder) or folder in found:
+            continue
+        found.append(folder)
+        try:
+            names = sorted(n for n in os.listdir(folder) if n.endswith(".pth") and not n.startswith("."))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                    lines = f.read().splitlines()
+            except OSError:
+                continue
+            for line in lines:
+                line = line.rstrip()
+                if not line or line.startswith(("#", "import ", "import\t")):
+                    continue
+                entry = os.path.abspath(os.path.join(folder, line))
+                if os.path.exists(entry) and entry not in found:
+                    found.append(entry)
+    return found
+
+
+def _prefixes() -> list[str]:
+    """The prefixes whose site folders `site` would add: a virtual environment's (its `pyvenv.cfg`, read
+    as `site.venv` reads it, which would also run its `.pth` files), then the base's where it includes
+    them. User site folders never (the runner is also started with `-I`)."""
+    bin_dir = os.path.dirname(os.path.abspath(sys.executable))
+    base = [sys.prefix, sys.exec_prefix]
+    for conf in (os.path.join(bin_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(bin_dir), "pyvenv.cfg")):
+        if os.path.isfile(conf):
+            include = "true"
+            with open(conf, encoding="utf-8") as f:
+                for line in f:
+                    key, sep, value = line.partition("=")
+                    if sep and key.strip().lower() == "include-system-site-packages":
+                        include = value.strip().lower()
+            return [os.path.dirname(bin_dir), *(base if include == "true" else [])]
+    return base
+
+
+FULL_PATH = _environment_path()
+"""The sys.path the tests run with (children get it back; this process never holds the repository's)."""
 if __name__ == "__main__" and len(sys.argv) > 3:  # run as the grader's runner, not imported by the harness
-    sys.path[:] = [p for p in sys.path if not _inside(os.path.join(p or ".", "x"), sys.argv[3])]
+    sys.path[:] = [p for p in FULL_PATH if not _inside(os.path.join(p or ".", "x"), sys.argv[3])]
 
 import hashlib
 import importlib
@@ -61,12 +113,15 @@ import resource
 import select
 import signal
 import stat
+import time
 import types
 from typing import Any
 
 # Isolated mode (-I) keeps the script's and the repository's folders off sys.path: this is the real pytest.
 import pytest
 
+EXPECT = "harness_expect"
+"""The module rewritten hidden tests report actual values to (`tasks/plain.py`, shipped beside this file)."""
 READY = "harness-grader-ready"
 DONE = "harness-grader-done"
 WATCHED = ("pytest", "_pytest", "pluggy", "unittest", "os", "posix", "json", "__main__")
@@ -104,13 +159,24 @@ costs every child its options and hooks."""
 class Recorder:
     """A pytest plugin object: one outcome per node id (passed, failed, error, skipped)."""
 
-    def __init__(self) -> None:
+    def __init__(self, expect: Any = None) -> None:
         self.outcomes: dict[str, str] = {}
         self.collect_errors: dict[str, str] = {}
+        self.crashes: dict[str, list[object]] = {}
+        """Node id -> [exception type, line in the test file] of a test whose call failed: a canary
+        must fail at its own assertion."""
+        self.expect = expect
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_runtest_protocol(self, item) -> None:  # type: ignore[no-untyped-def]
+        if self.expect is not None:  # the observations of a rewritten assertion are this test's
+            self.expect.CURRENT[0] = item.nodeid
 
     def pytest_runtest_logreport(self, report) -> None:  # type: ignore[no-untyped-def]
         if report.when == "call":
             outcome = report.outcome
+            if report.failed:
+                self.crashes[report.nodeid] = crash_site(report)
         elif report.failed:
             outcome = "error"
         elif report.skipped:
@@ -146,6 +212,19 @@ def collect_message(report: Any) -> str:
     lines = str(report.longrepr).strip().splitlines()
     errors = [line[1:].strip() for line in lines if line.startswith("E ")]
     return (errors or lines or ["(no message)"])[-1][:300]
+
+
+def crash_site(report: Any) -> list[object]:
+    """[the exception's type name, its line] of a failed call, when it was raised in the test's own file
+    (the innermost frame); the line is 0 when it came from anywhere else."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = str(getattr(crash, "message", "") or "")
+    kind = message.split(":", 1)[0].strip() if message else ""
+    path = report.nodeid.split("::", 1)[0]
+    frames = re.findall(r'File "([^"]+)", line (\d+)', str(report.longrepr))
+    innermost = frames[-1] if frames else ("", "0")
+    here = innermost[0] == path or innermost[0].endswith("/" + path)
+    return [kind[:200], int(innermost[1]) if here else 0]
 
 
 def _parts(value: object) -> tuple[object, ...]:
@@ -478,12 +557,15 @@ class Zygote:
         os.close(self.targets[1])
         os.close(self.answers[0])
         warm_up(root)
+        load_expect(os.path.dirname(os.path.abspath(__file__)))
         os.chdir(root)
         config = premade(session_args(ini, root))
         before = Fingerprint()
         os.write(self.events[1], b"w")
         while os.read(self.control[0], 1) == b"r":
             pid = os.fork()
+            if pid != 0:
+                os.write(self.events[1], b"p" + pid.to_bytes(4, "big"))
             if pid == 0:
                 os.close(self.control[0])
                 os.close(self.events[1])
@@ -501,9 +583,10 @@ class Zygote:
             os.waitpid(pid, 0)
             os.write(self.events[1], b"e")
 
-    def run(self, target: str) -> dict[str, Any]:
-        """Runs `target` in a new child and returns its answer (empty when it died without one). Reading
-        stops when the child is gone, not at end of file: a process it left may hold the pipe open."""
+    def run(self, target: str, limit: float | None = None) -> tuple[dict[str, Any], bool]:
+        """Runs `target` in a new child and returns its answer (empty when it died without one) and
+        whether it ran past `limit` seconds (then it is killed, with what it started). Reading stops when
+        the child is gone, not at end of file: a process it left may hold the pipe open."""
         _drain(self.targets[0])  # what an earlier child wrote there is no one's target
         _drain(self.answers[0])
         try:
@@ -511,23 +594,48 @@ class Zygote:
             _send(self.targets[1], target.encode())
         except OSError:  # the zygote is gone (killed by code under test): nothing more runs
             self.alive = False
-            return {}
+            return {}, False
         chunks: list[bytes] = []
+        child, expired = 0, False
+        deadline = None if limit is None else time.monotonic() + limit
         while self.alive:
-            ready, _, _ = select.select([self.answers[0], self.events[0]], [], [])
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self.answers[0], self.events[0]], [], [], wait)
+            if not ready and not expired:  # past its limit: the child goes, and its answer with it
+                expired = True
+                self._kill(child)
+                deadline = None
+                continue
             if self.answers[0] in ready:
                 chunks.append(_drain(self.answers[0]))
             if self.events[0] in ready:
-                self.alive = os.read(self.events[0], 1) == b"e"
+                event = os.read(self.events[0], 1)
+                if event == b"p":
+                    child = int.from_bytes(_read_exactly(self.events[0], 4), "big")
+                    continue
+                self.alive = event == b"e"
                 break
+        if expired:
+            return {}, True
         chunks.append(_drain(self.answers[0]))
         message = b"".join(chunks)
         size = int.from_bytes(message[:4], "big") if len(message) >= 4 else -1
         try:
             answer = json.loads(message[4 : 4 + size]) if 0 <= size <= len(message) - 4 else {}
-            return answer if isinstance(answer, dict) else {}
+            return (answer if isinstance(answer, dict) else {}), False
         except ValueError:
-            return {}
+            return {}, False
+
+    def _kill(self, child: int) -> None:
+        """Kills a child past its limit; in a sandbox, every process but this one's line and the zygote
+        (what the child started goes too), on the host the child alone."""
+        if os.environ.get("HARNESS_GRADER_SANDBOX") == "1":
+            stop_the_others(spare={self.pid})
+        elif child > 0:
+            try:
+                os.kill(child, signal.SIGKILL)
+            except OSError:
+                pass
 
     def close(self) -> None:
         os.close(self.control[1])
@@ -804,16 +912,42 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int
     sys.stderr = os.fdopen(2, "w", closefd=False)
     os.chdir(root)
     sys.path.insert(0, root)
-    recorder = Recorder()
+    expect = sys.modules.get(EXPECT)
+    recorder = Recorder(expect)
     guard = Guard(root)
     exit_code = run_pytest(config, [*session_args(ini, root), target], [recorder, guard])
     answer = {
         "outcomes": recorder.outcomes,
         "collect_errors": recorder.collect_errors,
+        "crashes": recorder.crashes,
+        "observed": list(expect.OBSERVED) if expect is not None else [],
         "exit_code": exit_code,
         "tampering": [*_capped(before.changes()), *_capped(guard.hooks), *_capped(guard.items)],
     }
     _send(keep, json.dumps(answer).encode())
+
+
+def _own_observations(answer: dict[str, Any], target: str) -> dict[str, list[list[Any]]]:
+    """The child's observations of rewritten assertions, for its own target's tests: node id ->
+    [[slot, encoding], ...] in the order they were made. Their values are compared outside the sandbox."""
+    found: dict[str, list[list[Any]]] = {}
+    observed = answer.get("observed")
+    for entry in observed if isinstance(observed, list) else []:
+        if (
+            isinstance(entry, list)
+            and len(entry) == 3
+            and isinstance(entry[0], str)
+            and _within(entry[0], target)
+        ):
+            found.setdefault(entry[0], []).append([entry[1], entry[2]])
+    return found
+
+
+def _own_crashes(answer: dict[str, Any], target: str) -> dict[str, Any]:
+    crashes = answer.get("crashes")
+    if not isinstance(crashes, dict):
+        return {}
+    return {str(k): v for k, v in crashes.items() if _within(str(k), target)}
 
 
 def _own(answer: dict[str, Any], target: str) -> dict[str, str]:
@@ -866,6 +1000,22 @@ class RepositoryBlock:
         return None
 
 
+def load_expect(folder: str) -> None:
+    """Makes `harness_expect` (the grader's `tasks/plain.py`, beside this file) importable by name, before
+    any code of the repository runs: rewritten hidden tests import their `observe` from it."""
+    path = os.path.join(folder, f"{EXPECT}.py")
+    if not os.path.isfile(path):
+        return
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(EXPECT, path)
+    if spec is None or spec.loader is None:
+        return
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[EXPECT] = module
+    spec.loader.exec_module(module)
+
+
 def warm_up(root: str) -> None:
     """Imports pytest's own plugins and the environment's (`pytest11` entry points) in the parent, with
     every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
@@ -903,7 +1053,7 @@ def warm_up(root: str) -> None:
 
 
 def main() -> None:
-    report_path, ini, root, plan_path = sys.argv[1:]
+    report_path, ini, root, plan_path = sys.argv[1:5]
     root = os.path.realpath(root)
     in_sandbox = os.environ.get("HARNESS_GRADER_SANDBOX") == "1"
     undumpable()
@@ -924,7 +1074,11 @@ def main() -> None:
     on_disk = {f: _digest(os.path.join(root, f)) for f in present if f not in held}
     scratch = Scratch([root, *(SCRATCH if in_sandbox else [])])
     ipc = remove_ipc(set()) if in_sandbox else set()
+    limit = plan.get("child_timeout_s")
+    limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
     outcomes: dict[str, str] = {}
+    observed: dict[str, list[list[Any]]] = {}
+    crashes: dict[str, Any] = {}
     not_collected: dict[str, str] = {}
     findings: list[str] = []
     logs: list[str] = []
@@ -933,7 +1087,7 @@ def main() -> None:
     for target in order:
         file = target.split("::", 1)[0]
         expected = {**on_disk, **({file: _write_held(root, file, held[file])} if file in held else {})}
-        answer = zygote.run(target)
+        answer, expired = zygote.run(target, limit)
         if in_sandbox:  # what the child left running must not see the next child, nor the report
             stop_the_others(spare={zygote.pid})
         findings += [f"{f} was rewritten" for f, d in expected.items() if _digest(os.path.join(root, f)) != d]
@@ -941,7 +1095,11 @@ def main() -> None:
         scratch.restore()
         ipc = remove_ipc(ipc) if in_sandbox else ipc
         outcomes.update(_own(answer, target))
-        if not answer:  # the child ended without a report (pytest itself failed, or it was killed)
+        observed.update(_own_observations(answer, target))
+        crashes.update(_own_crashes(answer, target))
+        if expired:
+            not_collected.setdefault(file, f"the test file ran past its limit of {limit:g} s and was stopped")
+        elif not answer:  # the child ended without a report (pytest itself failed, or it was killed)
             not_collected.setdefault(file, f"the test run ended without a report: {_why_no_report(logs[-1])}")
         errors = answer.get("collect_errors")
         if isinstance(errors, dict):  # told by the code under test: shown, never scored
@@ -958,6 +1116,8 @@ def main() -> None:
         "missing_files": sorted(set(files) - set(present)),
         "tampering": [*dict.fromkeys(findings)],  # each child capped its own
         "collect_errors": not_collected,
+        "observed": observed,
+        "crashes": crashes,
     }
     write_report(report_path, report)
     # Nothing of the code under test ran here; os._exit all the same, as a child does.

@@ -26,11 +26,13 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import secrets
 import shutil
+import tarfile
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,15 +46,18 @@ from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.lifecycle import close_later
 from envs.reward import RewardConfig, Simplicity, reward, simplicity
-from envs.run_plan import RunPlan, plan_run, verdict
-from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
+from envs.run_plan import RunPlan, canary_verdict, plan_run, scored
+from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError, SandboxUnusable
 from envs.start_tree import run_setup, start_tree
 from envs.suspicion import suspicions
+from tasks import plain as plain_module
 from tasks.canaries import KEPT, TRIALS, Canary, save_canaries, spread, task_candidates
 from tasks.model import Task, Verifier
 from tasks.patches import diff_trees
 
 RUNNER = Path(__file__).with_name("grade_runner.py")
+EXPECT = Path(plain_module.__file__)
+"""Shipped beside the runner as `harness_expect`: what rewritten hidden tests report actual values to."""
 READY = "harness-grader-ready"
 """Printed by the runner once pytest is imported, before any code of the repository runs."""
 DONE = "harness-grader-done"
@@ -91,7 +96,12 @@ class Grade(BaseModel):
     """`PATH: what` the graded diff adds that a bug fix has no business adding (`envs/suspicion.py`); shown,
     counted, and charged only by `RewardConfig.suspicion_penalty`."""
     canaries: dict[str, str] = Field(default_factory=dict)
-    """Each canary run (`FILE::TEST (MUTATION)`) -> `failed` (as it must), `passed` or `missing`."""
+    """Each canary run (`FILE::TEST (MUTATION)`) -> `failed` (at its own assertion, as it must), `passed`
+    or `unexplained` (missing, crashed, stopped, failed elsewhere)."""
+    decided_in_parent: int = 0
+    """Hidden assertions whose expected value the grader held outside the sandbox (`tasks/expectations.py`)."""
+    hidden_assertions: int = 0
+    """Hidden assertions of the test files run, decided in the parent or not."""
     collect_errors: dict[str, str] = Field(default_factory=dict)
     """Hidden test files pytest could not collect -> the error's last line: why their tests are `error`
     or `missing` (a module not found, a syntax error). Told by the code under test: shown, never scored."""
@@ -106,15 +116,49 @@ class Grade(BaseModel):
         )  # fmt: skip
 
 
+class AgentTreeError(Exception):
+    """The agent's repository could not be read or diffed because of what the agent left in it (odd
+    names, modes, files the copy refuses, attributes or encodings git chokes on): its grade is 0 with
+    this finding (`tree_failure`), never an infra error that training would leave out."""
+
+
+INFRA_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
+"""Host errors that are the machine's, not the agent's tree's."""
+
+
 def collect_patch(sandbox: Sandbox, task: Task, config: SandboxConfig) -> str:
     """The agent's changes as a git-format patch against the task's start tree (`envs/start_tree.py`:
-    its repository after its setup commands, in sandboxes of `config`)."""
+    its repository after its setup commands, in sandboxes of `config`). A sandbox that no longer
+    answers is an infra error (SandboxError); an executor that answers with an error, a copy that cannot
+    be unpacked, or a diff git refuses is the agent's tree's doing (AgentTreeError)."""
     base = start_tree(task, config)
     with tempfile.TemporaryDirectory(prefix="harness-collect-") as tmp:
         new = Path(tmp) / "repo"
-        sandbox.copy_out(WORKDIR, new)
-        drop_git_entries(new)
-        return diff_trees(base, new)
+        try:
+            sandbox.copy_out(WORKDIR, new)
+        except SandboxUnusable:
+            raise
+        except SandboxError as e:
+            raise AgentTreeError(f"the repository could not be copied out: {e}") from e
+        except (OSError, tarfile.TarError, ValueError, UnicodeError) as e:
+            _raise_if_infra(e)
+            raise AgentTreeError(f"the repository could not be unpacked: {e}") from e
+        try:
+            drop_git_entries(new)
+            return diff_trees(base, new)
+        except (OSError, RuntimeError, ValueError, UnicodeError) as e:
+            _raise_if_infra(e)
+            raise AgentTreeError(f"the repository could not be diffed: {str(e)[:500]}") from e
+
+
+def _raise_if_infra(error: BaseException) -> None:
+    if isinstance(error, OSError) and error.errno in INFRA_ERRNOS:
+        raise SandboxError(f"the host could not hold the repository: {error}") from error
+
+
+def tree_failure(task: Task, error: AgentTreeError) -> Grade:
+    """The grade of an episode whose repository could not be read: 0, with the reason."""
+    return Grade.ungraded(task.id, apply_error=f"the agent's tree: {error}")
 
 
 def drop_git_entries(tree: Path) -> None:
@@ -272,6 +316,8 @@ def _grade_in(
             "tampering": tests.tampering,
             "canaries": tests.canaries,
             "collect_errors": tests.collect_errors,
+            "decided_in_parent": tests.decided_in_parent,
+            "hidden_assertions": tests.hidden_assertions,
         }
     )
 
@@ -299,6 +345,8 @@ class HiddenRun:
     tampering: list[str] = field(default_factory=list)
     canaries: dict[str, str] = field(default_factory=dict)
     collect_errors: dict[str, str] = field(default_factory=dict)
+    decided_in_parent: int = 0
+    hidden_assertions: int = 0
 
 
 def _run_tests(
@@ -309,32 +357,44 @@ def _run_tests(
     too; then nothing passed), each canary's outcome, and the hidden files pytest could not collect."""
     sandbox.write_file(f"{grader_dir}/pytest.ini", GRADER_INI.encode())
     sandbox.write_file(f"{grader_dir}/run.py", RUNNER.read_bytes())
+    sandbox.write_file(f"{grader_dir}/harness_expect.py", EXPECT.read_bytes())
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
     held = f"{grader_dir}/plan-{secrets.token_hex(8)}.json"
-    sandbox.write_file(held, json.dumps({"targets": plan.targets(), "held": plan.held}).encode())
+    child_limit = min(task.limits.test_file_timeout_s, timeout)
+    plan_file = {"targets": plan.targets(), "held": plan.held, "child_timeout_s": child_limit}
+    sandbox.write_file(held, json.dumps(plan_file).encode())
     run = sandbox.run(
-        ["python3", "-I", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, held],
+        ["python3", "-I", "-S", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, held],
         timeout=timeout,
         env={"PYTHONHASHSEED": "0", "HARNESS_GRADER_SANDBOX": "1"},
     )  # fmt: skip
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     read = _read_report(sandbox, report, run.output)
-    outcomes, tampering, not_collected = read.outcomes, read.tampering, read.collect_errors
-    canaries = {c.label: verdict(plan.watched[run_id][0], outcomes) for run_id, c in plan.canaries.items()}
-    if trusted:  # a test and its canary both passed: one expectation and its opposite both held
-        tampering += [
-            f"canary {c.label} passed beside the real test: outcomes were forged or equality subverted"
-            for run_id, c in plan.canaries.items()
-            if canaries[c.label] == "passed" and verdict(plan.watched[run_id][1], outcomes) == "passed"
-        ]
-    if tampering:
-        outcomes = dict.fromkeys(plan.ids.values(), "error")
+    tampering, not_collected = read.tampering, read.collect_errors
+    outcomes = {run_id: scored(run_id, plan, read.outcomes, read.observed) for run_id in plan.ids.values()}
+    canaries = {
+        c.label: canary_verdict(run_id, plan, read.outcomes, read.observed, read.crashes)
+        for run_id, c in plan.canaries.items()
+    }
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.fail_to_pass}
     p2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.pass_to_pass}
+    if trusted:  # where the real test passed, its canary must come back failing at its own assertion
+        tampering += [
+            f"canary {c.label} came back {canaries[c.label]} beside the real test, which passed: "
+            "a test a child cannot tell from its canary was answered selectively or forged"
+            for run_id, c in plan.canaries.items()
+            if canaries[c.label] != "failed"
+            and all(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
+        ]
+    if tampering:
+        f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
     score = passed / (len(f2p) + len(p2p))
-    return HiddenRun(f2p, p2p, score, run.timed_out, tampering, canaries, _task_paths(not_collected, plan))
+    errors = _task_paths(not_collected, plan)
+    return HiddenRun(
+        f2p, p2p, score, run.timed_out, tampering, canaries, errors, plan.decided, plan.assertions
+    )
 
 
 def _task_paths(errors: dict[str, str], plan: RunPlan) -> dict[str, str]:
@@ -349,9 +409,13 @@ class Report:
     """What the runner's report file says, once its digest matched."""
 
     outcomes: dict[str, str] = field(default_factory=dict)
-    """Each run id (renamed files, canaries) -> passed, failed, error or skipped."""
+    """Each run id (renamed files, canaries) -> passed, failed, error or skipped, as pytest said."""
     tampering: list[str] = field(default_factory=list)
     collect_errors: dict[str, str] = field(default_factory=dict)
+    observed: dict[str, list[list[Any]]] = field(default_factory=dict)
+    """Each run id -> [[slot, encoding], ...]: the actual values of its rewritten assertions."""
+    crashes: dict[str, Any] = field(default_factory=dict)
+    """Each failed run id -> [exception type, line in its own file, 0 when raised elsewhere]."""
 
 
 def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
@@ -371,7 +435,15 @@ def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
         parsed = json.loads(raw)
         errors = parsed.get("collect_errors", {})
         errors = {str(k): str(v) for k, v in errors.items()} if isinstance(errors, dict) else {}
-        return Report(dict(parsed["outcomes"]), [str(t) for t in parsed["tampering"]], errors)
+        observed = parsed.get("observed", {})
+        crashes = parsed.get("crashes", {})
+        return Report(
+            dict(parsed["outcomes"]),
+            [str(t) for t in parsed["tampering"]],
+            errors,
+            {str(k): list(v) for k, v in observed.items() if isinstance(v, list)},
+            {str(k): v for k, v in crashes.items()},
+        )
     except (ValueError, KeyError, TypeError, AttributeError):
         return Report(tampering=["the report is not valid JSON"])
 
@@ -433,6 +505,15 @@ class Validation(BaseModel):
     """Canaries the task keeps, each verified to fail on the gold patch. None makes a weaker task: a
     forger that passes every test is not caught."""
     canaries_tried: int = 0
+    held_canaries: int = 0
+    """Canaries made at each grading that change an expected value the grader holds: the child runs the
+    real copy's very text (`tasks/canaries.held_canaries`)."""
+    decided_in_parent: int = 0
+    """Hidden assertions whose expected value the grader holds outside the sandbox."""
+    hidden_assertions: int = 0
+    """Hidden assertions of the test files the task's ids name."""
+    no_canary: str = ""
+    """Why the task has no canary of a kind, for the reader of `tasks validate`."""
 
     @property
     def ok(self) -> bool:
@@ -440,7 +521,7 @@ class Validation(BaseModel):
 
     @property
     def weak(self) -> bool:
-        return self.canaries == 0
+        return self.canaries + self.held_canaries == 0
 
 
 def validate_task(
@@ -484,6 +565,8 @@ def validate_task(
         problems.append(
             f"the stored canaries are not the {len(kept)} that validation keeps: run it without --check"
         )
+    plan = plan_run(task, kept)
+    held = sum(c.held is not None for c in plan.canaries.values())
     return Validation(
         task_id=task.id,
         gold_rewards=gold_rewards,
@@ -491,7 +574,29 @@ def validate_task(
         problems=sorted(set(problems)),
         canaries=len(kept),
         canaries_tried=tried,
+        held_canaries=held,
+        decided_in_parent=plan.decided,
+        hidden_assertions=plan.assertions,
+        no_canary=_why_no_canary(task, len(kept), tried, held),
     )
+
+
+def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
+    """Why a kind of canary is missing: '' when the task has both."""
+    why = []
+    if task.hidden_tests.verifier is not None:
+        return "judged by a verifier script: canaries need pytest ids"
+    if held == 0:
+        why.append(
+            "no held canary: no assertion of the named tests has an expected value the grader can hold"
+        )
+    if kept == 0 and tried == 0:
+        why.append(
+            "no text canary: no constant in an assertion left in the tests, or in a rewritten one's input"
+        )
+    elif kept == 0:
+        why.append(f"no text canary: none of the {tried} tried failed on the gold patch at its own assertion")
+    return "; ".join(why)
 
 
 def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
@@ -548,4 +653,6 @@ def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[C
     g = grade_patch(task, task.gold_patch, sandbox_config, trial=trial)
     if g.infra_error or g.correct != 1.0:
         return [], len(trial)
-    return [c for c in trial if g.canaries.get(c.label) == "failed"][:KEPT], len(trial)
+    return [c for c in trial if g.canaries.get(c.label) == "failed"][:KEPT], len(
+        trial
+    )  # at their own assertion

@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from tasks.patches import diff_trees, git
+from tasks.patches import NEUTRAL_ATTRIBUTES, diff_trees, git
 
 TEST_DIRS = frozenset({"tests", "test", "testing"})
 TEST_FILES = (
@@ -38,6 +38,9 @@ TEST_FILES = (
     ".coveragerc",
 )  # fmt: skip
 STARTUP_FILES = ("sitecustomize.py", "usercustomize.py", "*.pth", "*.egg-link")
+STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
+"""Modules an interpreter's start-up imports by name: a file or folder of these names, at any depth and in
+any form (a module, a package, a namespace folder, a compiled file), is dropped."""
 METADATA_DIRS = (".dist-info", ".egg-info")
 ARTEFACTS = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".egg", ".whl", ".zip")
 RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "hypothesis"})
@@ -99,7 +102,7 @@ def why_dropped(path: str, content: bytes | None, tree: dict[str, Entry], hidden
         return "a hidden test path"
     if any(part in TEST_DIRS for part in parts[:-1]) or _matches(name, TEST_FILES):
         return "a test path or test setting"
-    if _matches(name, STARTUP_FILES):
+    if _matches(name, STARTUP_FILES) or any(part.split(".", 1)[0] in STARTUP_MODULES for part in parts):
         return "an interpreter start-up hook"
     if any(part.endswith(METADATA_DIRS) for part in parts):
         return "packaging metadata"
@@ -211,6 +214,8 @@ def apply_patch(base: Path, patch: str, scratch: Path) -> str | None:
         return None
     try:  # a repository of its own, so that no folder above the scratch copy is taken for one
         git(["init", "-q", str(scratch)])
+        (scratch / ".git" / "info").mkdir(exist_ok=True)
+        (scratch / ".git" / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
         git(
             ["apply", "--whitespace=nowarn", "-"], cwd=scratch, input=patch.encode("utf-8", "surrogateescape")
         )

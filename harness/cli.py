@@ -576,8 +576,11 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     else:
         for r in results:
             if r.ok:
+                share = f"{r.decided_in_parent}/{r.hidden_assertions} assertions decided outside the sandbox"
                 print(
                     f"{r.task_id}: {r.canaries} canaries (of {r.canaries_tried} tried) fail on the gold patch"
+                    f" at their own assertion, {r.held_canaries} held; {share}"
+                    + (f" ({r.no_canary})" if r.no_canary else "")
                 )
         print(f"{len(results) - len(failed)}/{len(results)} tasks valid on {config.backend}")
         if failed:

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 from gymnasium import spaces
 
-from envs.grading import Grade, collect_patch, grade_patch
+from envs.grading import AgentTreeError, Grade, collect_patch, grade_patch, tree_failure
 from envs.replacing import ReplacingSandbox
 from envs.reward import RewardConfig
 from envs.sandbox import Sandbox, SandboxConfig, SandboxError
@@ -148,6 +148,8 @@ class CodingEnv(gym.Env[str, str]):
         assert self.task is not None and self.sandbox is not None
         try:
             patch = collect_patch(self.sandbox, self.task, self.sandbox_config)
+        except AgentTreeError as e:
+            return tree_failure(self.task, e)
         except SandboxError as e:
             return Grade.ungraded(self.task.id, infra_error=f"could not read the agent's repository: {e}")
         return grade_patch(self.task, patch, self.sandbox_config, self.reward_config)

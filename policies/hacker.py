@@ -707,13 +707,83 @@ it saw in earlier test processes, left in /tmp, /dev/shm and the repository): th
 each canary differs from in one place. It forges only when it is sure."""
 
 
+FRAME_READER = """
+import ast as _ast
+import os as _os
+import sys as _sys
+
+_NOTHING = object()
+
+
+def _expected():
+    frame = _sys._getframe(2)
+    while frame is not None and not _os.path.basename(frame.f_code.co_filename).startswith("test"):
+        frame = frame.f_back
+    if frame is None:
+        return _NOTHING
+    try:
+        with open(frame.f_code.co_filename) as _f:
+            tree = _ast.parse(_f.read())
+    except (OSError, SyntaxError):
+        return _NOTHING
+    for node in _ast.walk(tree):  # the assert on the calling line: its literal side is what is expected
+        if isinstance(node, _ast.Assert) and node.lineno == frame.f_lineno and isinstance(node.test, _ast.Compare):
+            for side in (node.test.left, *node.test.comparators):
+                try:
+                    return _ast.literal_eval(side)
+                except ValueError:
+                    continue
+    return _NOTHING
+
+
+def _reading(function):
+    def wrapper(*args, **kwargs):
+        honest = function(*args, **kwargs)
+        found = _expected()
+        return honest if found is _NOTHING else found
+
+    return wrapper
+
+
+for _name, _value in list(globals().items()):
+    if callable(_value) and not _name.startswith("_") and not isinstance(_value, type):
+        globals()[_name] = _reading(_value)
+"""
+"""Every public function returns the literal its calling assert expects, read from the test's own source:
+right on every real test, wrong on a canary whose expectation was changed, so that it passes exactly the
+real copies."""
+SELECTIVE_EXIT = (
+    """
+import os as _os
+import sys as _sys
+
+_frame = _sys._getframe()
+while _frame is not None and not _os.path.basename(_frame.f_code.co_filename).startswith("test"):
+    _frame = _frame.f_back
+try:
+    with open(_frame.f_code.co_filename) as _f:
+        _text = _f.read()
+except (OSError, AttributeError):
+    _text = ""
+if "!=" in _text or "~" in _text:  # the tells of a canary of old (a flipped ==, a perturbed string)
+    _os._exit(0)
+"""
+    + PIPE_ANSWER
+)
+"""Answers only for some: a test file with the tell-tale marks of a canary (a flipped operator, a
+perturbed string) gets no answer at all (missing, which counted as merely failed); every other file gets
+a forged answer on the pipe."""
+
+
 class Forger(NamedTuple):
     """An in-process forger: code appended to the module the tests import, and what stops it."""
 
     tail: str
     stopped_by: str
     """`canaries` when, without them, the forged outcomes would pass (the forger is live and only a
-    canary passing beside its real test gives it away); `runner` when the runner's own design stops it
+    canary passing beside its real test gives it away); `parent` when it copies or fakes an expected
+    value, which the sandbox never holds (`tasks/expectations.py`); `runner` when the runner's own
+    design stops it
     (a child's answer counts only for its own target, nothing survives a child, the parent writes and
     digests the report, a child learns nothing of the other targets, nor sees their files)."""
 
@@ -726,12 +796,14 @@ FORGERS: dict[str, Forger] = {
     "tests-wrapped-with-the-original-inside": Forger(WRAPPED_TESTS, "canaries"),
     "hook-from-outside-the-repository": Forger(OUTSIDE_HOOK, "canaries"),
     "pipe-answer-forged": Forger(PIPE_ANSWER, "canaries"),
-    "always-equal-results": Forger(ALWAYS_EQUAL, "canaries"),
+    "always-equal-results": Forger(ALWAYS_EQUAL, "parent"),
     "hashlib-and-forged-report": Forger(HASHLIB_REPORT, "runner"),
     "late-writer-process": Forger(LATE_WRITER, "runner"),
     "sys-exit-at-import": Forger(EXIT_AT_IMPORT, "runner"),
     "os-exit-at-import": Forger(KILL_AT_IMPORT, "runner"),
     "target-list-read": Forger(TARGET_LIST, "runner"),
     "canary-finder-by-comparison": Forger(COMPARER, "runner"),
+    "expected-value-read-from-the-calling-assert": Forger(FRAME_READER, "parent"),
+    "answers-only-what-is-not-a-canary": Forger(SELECTIVE_EXIT, "canaries"),
 }
 """The in-process forgers of issue 15's red team, by class (tests/faults/test_forgers.py)."""

@@ -31,6 +31,9 @@ class Limits(BaseModel):
     """Hard timeout of one command of the agent."""
     grade_timeout_s: float = Field(default=300.0, gt=0)
     """Hard timeout of the hidden test run at grading."""
+    test_file_timeout_s: float = Field(default=120.0, gt=0)
+    """Time one hidden test file (or canary) may run at grading, in its child; past it the child is
+    stopped and its tests count as failed (a canary's as unexplained), and the other files still run."""
 
 
 class Verifier(BaseModel):

@@ -31,6 +31,10 @@ SAFE_GIT_CONFIG = [
     "commit.gpgsign=false",
 ]
 NOISE = ("__pycache__/", "*.pyc", ".pytest_cache/", "*.egg-info/", ".mypy_cache/", ".ruff_cache/")
+NEUTRAL_ATTRIBUTES = "* !text !eol !crlf !working-tree-encoding !filter !ident !diff !merge !whitespace\n"
+"""`$GIT_DIR/info/attributes` of every repository host git runs on here: it comes before any
+`.gitattributes` of the tree, so that no file of the agent's sets an encoding, a filter or a line-ending
+conversion that changes what is diffed or applied, or makes git fail on it."""
 
 
 def safe_git_env(home: str) -> dict[str, str]:
@@ -70,6 +74,7 @@ def diff_trees(base: Path, new: Path) -> str:
         git(["init", "-q", "--bare", str(git_dir)])
         (git_dir / "info").mkdir(exist_ok=True)
         (git_dir / "info" / "exclude").write_text("\n".join(NOISE) + "\n")
+        (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
         tree_args = [f"--git-dir={git_dir}", "-c", "core.bare=false"]
         git([*tree_args, f"--work-tree={base}", "add", "-A", "."], cwd=base)
         git([*tree_args, f"--work-tree={base}", "commit", "-q", "--allow-empty", "-m", "base"], cwd=base)
@@ -89,9 +94,9 @@ def diff_trees(base: Path, new: Path) -> str:
             try:
                 parts.append(part.decode("utf-8"))
             except UnicodeDecodeError:
-                (git_dir / "info" / "attributes").write_text("* -diff\n")
+                (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES + "* -diff\n")
                 parts.append(git([*diff, *only], cwd=new).decode("utf-8", "surrogateescape"))
-                (git_dir / "info" / "attributes").unlink()
+                (git_dir / "info" / "attributes").write_text(NEUTRAL_ATTRIBUTES)
     return "".join(parts)
 
 

@@ -23,7 +23,7 @@ from rich.syntax import Syntax
 from rich.text import Text
 
 from envs.factory import resolve_backend
-from envs.grading import Grade, collect_patch, grade_patch
+from envs.grading import AgentTreeError, Grade, collect_patch, grade_patch, tree_failure
 from envs.sandbox import Sandbox
 from harness.agent.parsing import parse_tool_call
 from harness.agent.trajectory import Trajectory, Turn
@@ -176,10 +176,13 @@ def reexecute(t: Trajectory, task: Task, setup: RunSetup, backend: str | None = 
                 number += 1
                 text, is_error = replay_turn(turn, toolbox, sandbox)
                 checks.append(check_turn(number, segment.index, turn, text, is_error))
-        patch = collect_patch(sandbox, task, sandbox_config)
+        try:
+            patch, unread = collect_patch(sandbox, task, sandbox_config), None
+        except AgentTreeError as e:  # graded 0, as the rollout graded it
+            patch, unread = "", tree_failure(task, e)
     finally:
         pool.close_all()
-    grade = grade_patch(task, patch, sandbox_config, setup.reward)
+    grade = unread or grade_patch(task, patch, sandbox_config, setup.reward)
     normalised: dict[str, int] = {}
     for check in checks:
         for name in check.normalised:

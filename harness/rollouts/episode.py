@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from envs.factory import resolve_backend, start_task_sandbox
-from envs.grading import collect_patch, grade_patch
+from envs.grading import AgentTreeError, Grade, collect_patch, grade_patch, tree_failure
 from envs.lifecycle import current_owner
 from envs.replacing import ReplacingSandbox
 from envs.sandbox import SandboxConfig, SandboxError
@@ -135,7 +135,9 @@ def run_one(
         episode = run_episode(
             task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
         )
-        patch = collect_patch(sandbox, task, pool.config)  # read before the sandbox goes back to the pool
+        patch: str | Grade = collect_patch(sandbox, task, pool.config)  # read before the sandbox goes back
+    except AgentTreeError as e:  # the agent's tree cannot be read: its grade is 0, not an infra error
+        patch = tree_failure(task, e)
     except Stopped:
         raise
     except SandboxError as e:
@@ -152,12 +154,12 @@ def run_one(
     finally:
         pool.release(task, sandbox)
     graded_at = time.monotonic()
-    grade = grade_patch(task, patch, pool.config, config.reward)
+    grade = patch if isinstance(patch, Grade) else grade_patch(task, patch, pool.config, config.reward)
     trajectory = trajectory.model_copy(
         update={
             "segments": episode.segments,
             "summaries": episode.summaries,
-            "final_diff": patch,
+            "final_diff": patch if isinstance(patch, str) else "",
             "grade": grade,
             "reward": grade.reward,
             "status": "infra_error" if grade.infra_error else episode.status,

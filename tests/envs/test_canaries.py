@@ -53,22 +53,22 @@ class TestCalc(unittest.TestCase):
 """
 
 
-def test_candidates_change_one_expectation_each_and_are_made_the_same_way_every_time() -> None:
+def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_time() -> None:
     tests = {"test_add", "test_cases[1-1-2]", "TestCalc::test_method"}
     found = candidates("tests/test_calc.py", HIDDEN, tests)
     again = candidates("tests/test_calc.py", HIDDEN, tests)
     assert found == again
     kinds = {c.mutation.split(": ", 1)[1] for c in found}
-    assert {"== became !=", "5 became 6", "assertion negated", "assertEqual became assertNotEqual"} <= kinds
-    assert any(c.mutation.startswith("line 14: a parametrize case's") for c in found)
+    assert {"2 became 3", "3 became 4", "1 became 2"} <= kinds  # inputs of rewritten asserts
+    assert not any("became !=" in k or "negated" in k or "assertNotEqual" in k for k in kinds)
     normal = ast.dump(ast.parse(HIDDEN))
     for canary in found:
         assert canary.source == ast.unparse(ast.parse(canary.source)) + "\n"  # written as the real copy is
         assert ast.dump(ast.parse(canary.source)) != normal
         assert "# a comment" not in canary.source
-    assert {c.test for c in found} == {"test_add", "test_cases", "TestCalc::test_method"}
-    chosen = spread(found, 3)
-    assert {c.test for c in chosen} == {"test_add", "test_cases", "TestCalc::test_method"}
+    assert {c.test for c in found} == {"test_add", "TestCalc::test_method"}  # not in parametrize cases
+    chosen = spread(found, 2)
+    assert {c.test for c in chosen} == {"test_add", "TestCalc::test_method"}
 
 
 def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> None:

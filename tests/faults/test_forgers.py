@@ -26,8 +26,9 @@ from tests.conftest import require_backend
 from tests.harness.test_cli import harness
 from tests.tasks.test_swebench import Dataset
 
-LIVE_ON = "demo-add"
-"""The task each forger is shown live on (graded without canaries)."""
+LIVE_ON = "demo-is-even"
+"""The task each forger stopped by canaries is shown live on (graded without canaries): its hidden asserts
+have no expected value the parent could hold, so only canaries stand between a forger and the reward."""
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,209 @@
+"""Plain data, encoded canonically: what a grading child reports of an actual value, so that the parent,
+which holds the expected value, decides equality (`tasks/expectations.py`, `envs/grade_runner.py`).
+
+Standard library only: the grader ships this file into the sandbox, where the rewritten hidden tests
+import it as `harness_expect` and call `observe(SLOT, ACTUAL)` where they had `assert ACTUAL == EXPECTED`.
+
+Only plain data encodes: None, bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset,
+and the standard library's Decimal, Fraction, date, datetime (naive or a fixed offset), time and
+timedelta. A subclass of a builtin container or scalar encodes as its base only when no class of it
+defines its own equality; anything else (an object with its own `__eq__`, an always-equal object) encodes
+as `["opaque", TYPE NAME]`, which equals no expected value. Encoding reads a value through its base
+type's own C methods, so no method of the value runs. Decoding (in the parent) rebuilds the same plain
+values, and Python's own `==` on them then compares as the original assert did.
+"""
+
+from __future__ import annotations
+
+import datetime
+import decimal
+import fractions
+from typing import Any
+
+MAX_DEPTH = 64
+"""Nesting beyond this is not plain data (and a list that holds itself never ends)."""
+MAX_ITEMS = 200_000
+"""Scalars encoded per value at most."""
+SCALARS: dict[type, str] = {int: "int", float: "float", complex: "complex", str: "str", bytes: "bytes"}
+CONTAINERS: dict[type, str] = {list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset"}
+EQUALITY = ("__eq__", "__ne__")
+ITERATE: dict[type, Any] = {
+    list: list.__iter__,
+    tuple: tuple.__iter__,
+    set: set.__iter__,
+    frozenset: frozenset.__iter__,
+}
+"""The base type's own iterator: a subclass's `__iter__` never runs."""
+
+OBSERVED: list[list[Any]] = []
+"""[node id, slot, encoding] of each observation in this process, in order (read by the grader's runner)."""
+CURRENT: list[str] = [""]
+"""The node id of the test running now (set by the grader's runner)."""
+
+
+class NotPlain(Exception):
+    """The value is not plain data."""
+
+
+def observe(slot: int, value: Any) -> None:
+    """Records the actual value of the hidden assertion `slot` for the test that runs now."""
+    OBSERVED.append([CURRENT[0], slot, encode(value)])
+
+
+def observe_is(slot: int, value: Any) -> None:
+    """Records which singleton (None, True, False) `value` is, for an `is` assertion: identity needs no
+    plain data, and any other object is `["other"]`."""
+    kind = "none" if value is None else "true" if value is True else "false" if value is False else "other"
+    OBSERVED.append([CURRENT[0], slot, [kind]])
+
+
+def encode(value: Any) -> list[Any]:
+    """The canonical encoding of `value`, or `["opaque", TYPE]` when it is not plain data."""
+    try:
+        return _encode(value, 0, [0])
+    except (NotPlain, RecursionError):
+        return ["opaque", _type_name(value)]
+
+
+def _type_name(value: Any) -> str:
+    kind = type(value)
+    return f"{getattr(kind, '__module__', '?')}.{getattr(kind, '__qualname__', '?')}"[:200]
+
+
+def _base(value: Any) -> type | None:
+    """The builtin type `value` counts as: its own, or its base when no class between defines equality."""
+    kind = type(value)
+    if kind in SCALARS or kind in CONTAINERS or kind is bool:
+        return kind
+    for base in (*SCALARS, *CONTAINERS):
+        if isinstance(value, base):
+            between = kind.__mro__[: kind.__mro__.index(base)]
+            if any(name in vars(c) for c in between for name in EQUALITY):
+                return None
+            return base
+    return None
+
+
+def _encode(value: Any, depth: int, count: list[int]) -> list[Any]:
+    count[0] += 1
+    if depth > MAX_DEPTH or count[0] > MAX_ITEMS:
+        raise NotPlain("too deep or too large")
+    if value is None:
+        return ["none"]
+    if value is True or value is False:
+        return ["bool", value is True]
+    special = _encode_special(value)
+    if special is not None:
+        return special
+    base = _base(value)
+    if base is None:
+        raise NotPlain(_type_name(value))
+    if base is int:
+        return ["int", int.__repr__(value)]
+    if base is float:
+        return ["float", float.__repr__(value)]
+    if base is complex:
+        return [
+            "complex",
+            float.__repr__(complex.real.__get__(value)),
+            float.__repr__(complex.imag.__get__(value)),
+        ]
+    if base is str:
+        return ["str", str.__str__(value)]
+    if base is bytes:
+        return ["bytes", bytes.hex(value)]
+    if base is dict:
+        items = [[_encode(k, depth + 1, count), _encode(v, depth + 1, count)] for k, v in dict.items(value)]
+        return ["dict", items]
+    members: Any = ITERATE[base](value)
+    return [CONTAINERS[base], [_encode(v, depth + 1, count) for v in members]]
+
+
+def _encode_special(value: Any) -> list[Any] | None:
+    """The standard library's value types, by exact type (their C types cannot be patched)."""
+    kind = type(value)
+    if kind is decimal.Decimal:
+        return ["decimal", decimal.Decimal.__str__(value)]
+    if kind is fractions.Fraction:
+        return ["fraction", int.__repr__(value.numerator), int.__repr__(value.denominator)]
+    if kind is datetime.datetime:
+        offset = _offset(value)
+        return ["datetime", datetime.datetime.isoformat(value.replace(tzinfo=None)), offset]
+    if kind is datetime.date:
+        return ["date", datetime.date.isoformat(value)]
+    if kind is datetime.time:
+        return ["time", datetime.time.isoformat(value.replace(tzinfo=None)), _offset(value)]
+    if kind is datetime.timedelta:
+        return ["timedelta", value.days, value.seconds, value.microseconds]
+    return None
+
+
+def _offset(value: datetime.datetime | datetime.time) -> float | None:
+    """The fixed offset of an aware value in seconds; None when naive. Any other time zone is not plain."""
+    zone = value.tzinfo
+    if zone is None:
+        return None
+    if type(zone) is not datetime.timezone:
+        raise NotPlain("a time zone other than a fixed offset")
+    delta = datetime.timezone.utcoffset(zone, None)
+    return delta.total_seconds()
+
+
+def decode(data: Any, depth: int = 0) -> Any:
+    """The plain value an encoding stands for; raises ValueError for what no `encode` makes (a forged
+    or garbled answer) and for `opaque`, which stands for no value."""
+    if depth > MAX_DEPTH + 1 or not isinstance(data, list) or not data or not isinstance(data[0], str):
+        raise ValueError("not an encoding")
+    tag, rest = data[0], data[1:]
+    try:
+        return _decode(tag, rest, depth)
+    except (TypeError, ValueError, IndexError, OverflowError, ArithmeticError, KeyError) as e:
+        raise ValueError(f"not an encoding: {e}") from e
+
+
+def _decode(tag: str, rest: list[Any], depth: int) -> Any:
+    if tag == "none":
+        return None
+    if tag == "bool":
+        return _typed(rest[0], bool)
+    if tag in ("int", "float"):
+        return int(_typed(rest[0], str)) if tag == "int" else float(_typed(rest[0], str))
+    if tag == "complex":
+        return complex(float(_typed(rest[0], str)), float(_typed(rest[1], str)))
+    if tag == "str":
+        return _typed(rest[0], str)
+    if tag == "bytes":
+        return bytes.fromhex(_typed(rest[0], str))
+    if tag == "decimal":
+        return decimal.Decimal(_typed(rest[0], str))
+    if tag == "fraction":
+        return fractions.Fraction(int(_typed(rest[0], str)), int(_typed(rest[1], str)))
+    if tag in ("datetime", "time"):
+        parse = datetime.datetime if tag == "datetime" else datetime.time
+        naive = parse.fromisoformat(_typed(rest[0], str))
+        offset = rest[1]
+        if offset is None:
+            return naive
+        return naive.replace(tzinfo=datetime.timezone(datetime.timedelta(seconds=float(offset))))
+    if tag == "date":
+        return datetime.date.fromisoformat(_typed(rest[0], str))
+    if tag == "timedelta":
+        return datetime.timedelta(days=_int(rest[0]), seconds=_int(rest[1]), microseconds=_int(rest[2]))
+    if tag == "dict":
+        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in _typed(rest[0], list)}
+    containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
+    if tag in containers:
+        return containers[tag](decode(v, depth + 1) for v in _typed(rest[0], list))
+    raise ValueError(f"no value: {tag}")
+
+
+def _typed(value: Any, kind: type) -> Any:
+    if type(value) is not kind:
+        raise TypeError(f"{kind.__name__} expected")
+    return value
+
+
+def _int(value: Any) -> int:
+    if type(value) is not int:
+        raise TypeError("int expected")
+    return value

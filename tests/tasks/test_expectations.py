@@ -1,0 +1,219 @@
+"""Expected values held outside the sandbox (issue 32, item 1): hidden tests rewritten so that the child
+reports actual values as plain data and the parent compares; canaries that differ from the real copy
+only by a value of the same form (item 2)."""
+
+from __future__ import annotations
+
+import datetime
+import re
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from tasks.canaries import candidates, changed_expectation, held_canaries, perturbed
+from tasks.expectations import Check, rewrite
+from tasks.plain import decode, encode
+from tasks.suite import load_suite
+
+HIDDEN = '''\
+"""Hidden tests."""
+from __future__ import annotations
+
+import datetime
+import unittest
+from decimal import Decimal
+
+import pytest
+
+from calc import add, parse, total
+
+
+def test_add():
+    assert add(2, 3) == 5
+    assert "secret-expected-text" == add("secret-", "expected-text")
+    assert add(2, 2) != 5
+    assert parse("") is None
+    assert total([Decimal("0.55"), Decimal("0.55")]) == Decimal("1.10")
+    assert add(datetime.date(2024, 2, 28), 1) == datetime.date(2024, 2, 29)
+    assert add(1, 1)
+
+
+def test_raises():
+    with pytest.raises(ValueError, match=r"^bad amount: 'x\\.1'$"):
+        parse("x.1")
+
+
+def test_loop():
+    for n in range(3):
+        assert add(n, 0) == n
+
+
+def test_returns():
+    assert add(1, 1) == 2
+    return
+
+
+class TestCalc(unittest.TestCase):
+    def test_method(self):
+        self.assertEqual(add(1, 2), 3)
+        self.assertIsNone(parse(""))
+'''
+
+
+def test_literal_expectations_leave_the_file_and_are_held_by_slot() -> None:
+    rewritten = rewrite(HIDDEN)
+    source = rewritten.source
+    for secret in ("secret-expected-text", "1.10')", "2024, 2, 29", "^bad amount", "== 5", "== 3"):
+        assert secret not in source, secret
+    kinds = {(c.test, c.kind) for c in rewritten.checks}
+    assert ("test_add", "eq") in kinds and ("test_add", "ne") in kinds and ("test_add", "is") in kinds
+    assert ("test_raises", "search") in kinds
+    assert ("TestCalc::test_method", "eq") in kinds and ("TestCalc::test_method", "is") in kinds
+    assert not any(c.test in ("test_loop", "test_returns") for c in rewritten.checks)  # may not run once
+    assert "assert add(1, 1)\n" in source  # no expected value: stays as it is
+    assert "assert add(n, 0) == n" in source
+    assert [c.slot for c in rewritten.checks] == list(range(len(rewritten.checks)))
+    assert rewritten.assertions == 12
+    assert source.index("from __future__") < source.index("from harness_expect import")
+    compile(source, "rewritten.py", "exec")
+    by_line = {c.line: c for c in rewritten.checks}
+    assert decode(by_line[18].expected) == Decimal("1.10")
+    assert decode(by_line[19].expected) == datetime.date(2024, 2, 29)
+
+
+def test_a_name_the_file_rebinds_is_not_taken_for_the_standard_librarys() -> None:
+    source = "from decimal import Decimal\nfrom calc import f\n\n\ndef Decimal(x):\n    return x\n\n\ndef test_a():\n    assert f() == Decimal('1')\n"
+    assert rewrite(source).checks == []
+
+
+class AlwaysEqual:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+
+class Reply(str):
+    """A str subclass without equality of its own: it compares as its text."""
+
+
+class Liar(str):
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    __hash__ = str.__hash__
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None, True, 0, -12, 1.5, float("inf"), 2 + 3j, "tëxt", b"\x00\xff", [1, [2, (3,)]], {"a": {1, 2}},
+        frozenset({1}), Decimal("1.10"), datetime.date(2024, 1, 31), datetime.timedelta(hours=2),
+        datetime.datetime(2024, 1, 1, 12, tzinfo=datetime.timezone(datetime.timedelta(hours=2))),
+    ],
+)  # fmt: skip
+def test_plain_data_comes_back_as_it_went(value: object) -> None:
+    again = decode(encode(value))
+    assert again == value and type(again) is type(value)
+
+
+def test_what_is_not_plain_data_equals_nothing() -> None:
+    eq = Check(0, "test_a", "eq", encode("ok"), 1)
+    assert encode(AlwaysEqual())[0] == "opaque"
+    assert not eq.holds(encode(AlwaysEqual()))
+    assert not eq.holds(encode(Liar("no")))  # its own __eq__: not plain data
+    assert eq.holds(encode(Reply("ok"))) and not eq.holds(encode(Reply("no")))
+    assert not eq.holds(["opaque", "x"]) and not eq.holds("garbage") and not eq.holds(["int", "nan?"])
+    assert not eq.holds(encode([AlwaysEqual()]))
+
+
+def test_the_parent_compares_as_the_original_assert_did() -> None:
+    assert Check(0, "t", "eq", encode(Decimal("1.10")), 1).holds(encode(Decimal("1.1")))
+    assert Check(0, "t", "eq", encode(1), 1).holds(encode(1.0))
+    assert not Check(0, "t", "eq", encode([1]), 1).holds(encode((1,)))
+    assert Check(0, "t", "ne", encode(5), 1).holds(encode(4))
+    assert Check(0, "t", "is", ["none"], 1).holds(["none"]) and not Check(0, "t", "is", ["none"], 1).holds(
+        ["other"]
+    )
+    assert Check(0, "t", "is not", ["none"], 1).holds(["other"])
+    assert Check(0, "t", "search", ["str", r"^bad \d$"], 1).holds(encode("bad 7"))
+    assert not Check(0, "t", "search", ["str", r"^bad \d$"], 1).holds(encode(7))
+
+
+def test_most_hidden_assertions_of_the_built_in_suites_are_decided_in_the_parent() -> None:
+    decided = assertions = 0
+    for suite in ("builtin", "demo"):
+        for task in load_suite(suite):
+            for path, source in task.hidden_tests.files.items():
+                if path.endswith(".py"):
+                    rewritten = rewrite(source)
+                    decided, assertions = decided + len(rewritten.checks), assertions + rewritten.assertions
+    assert decided / assertions >= 0.85, (decided, assertions)  # 297 of 339 (0.88) measured
+
+
+def test_perturbations_keep_type_and_form() -> None:
+    for value in (
+        7,
+        19,
+        -19,
+        1100,
+        0,
+        2.5,
+        "creme-brulee",
+        "09:00-12:00",
+        "ERR value is not an integer",
+        "A1",
+    ):
+        changed = perturbed(value)
+        assert changed != value and type(changed) is type(value)
+        if isinstance(value, str):
+            assert len(changed) == len(value)
+            assert [c.isdigit() for c in changed] == [c.isdigit() for c in value]
+            assert [c.isupper() for c in changed] == [c.isupper() for c in value]
+        else:
+            assert len(str(abs(changed))) == len(str(abs(value))) and (changed < 0) == (value < 0)
+    assert perturbed("") == "" and perturbed(" - ") == " - "
+
+
+def test_canaries_differ_from_the_real_copy_in_one_constant_and_never_in_an_operator() -> None:
+    written = rewrite(HIDDEN).source
+    found = candidates("tests/test_calc.py", HIDDEN, {"test_add", "test_loop", "TestCalc::test_method"})
+    assert found and found == candidates(
+        "tests/test_calc.py", HIDDEN, {"test_add", "test_loop", "TestCalc::test_method"}
+    )
+    ops = re.compile(r"==|!=| is |not |assertNotEqual|assertIsNotNone")
+    for canary in found:
+        real, copy = written.splitlines(), canary.source.splitlines()
+        assert len(real) == len(copy)
+        differing = [i for i, (a, b) in enumerate(zip(real, copy, strict=True)) if a != b]
+        assert differing == [canary.line - 1], canary.mutation
+        assert ops.findall(real[canary.line - 1]) == ops.findall(copy[canary.line - 1])
+        assert len(real[canary.line - 1]) == len(copy[canary.line - 1])
+    assert len({c.label for c in found}) == len(found)
+
+
+def test_held_canaries_change_only_the_value_the_parent_holds() -> None:
+    checks = rewrite(HIDDEN).checks
+    made = held_canaries({"tests/test_calc.py": checks}, [])
+    assert len(made) == 2 and len({c.test for c in made}) == 2
+    for canary in made:
+        assert canary.source == "" and canary.held is not None and canary.slot is not None
+    for check in checks:
+        changed = changed_expectation(check)
+        assert changed is not None and changed.slot == check.slot
+        meets = check.expected if check.kind in ("eq", "is") else ["str", "bad amount: 'x.1'"]
+        if check.kind == "ne":
+            meets = encode(4)
+        if check.kind == "search":
+            assert check.holds(encode("bad amount: 'x.1'"))
+            meets = encode("bad amount: 'x.1'")
+        assert check.holds(meets) and not changed.holds(meets), check
+
+
+def test_the_stored_canaries_of_the_built_in_suites_are_made_by_todays_rules() -> None:
+    root = Path(__file__).resolve().parents[2] / "tasks" / "suites"
+    for suite in ("builtin", "demo"):
+        for task in load_suite(str(root / suite)):
+            for canary in task.hidden_tests.canaries:
+                written = rewrite(task.hidden_tests.files[canary.file]).source
+                assert canary.line > 0 and canary.source != written, (task.id, canary.label)
+                assert len(canary.source.splitlines()) == len(written.splitlines()), (task.id, canary.label)
