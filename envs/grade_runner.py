@@ -47,43 +47,56 @@ def _inside(path: str, root: str) -> bool:
 def _environment_path() -> list[str]:
     """The tests' sys.path. Started with `-S` (as the grader starts it), Python ran no `site` and no
     `.pth` file: the path is worked out here as `site` would make it, its site folders and the folders
-    their `.pth` files name, without running the `import` lines of any `.pth` file. Without `-S`: as
-    Python's start-up made it."""
+    their `.pth` files name, without running the `import` lines of any `.pth` file (but one that only
+    adds a site folder, `import site; site.addsitedir('FOLDER')`, as a task environment's does, is read
+    as that folder). Without `-S`: as Python's start-up made it."""
     if not sys.flags.no_site:
         return list(sys.path)
     import site
 
     found = list(sys.path)
-    for folder in site.getsitepackages(_prefixes()):
-        if not os.path.isdir(folder) or folder in found:
-            continue
-        found.append(folder)
-        try:
-            names = sorted(n for n in os.listdir(folder) if n.endswith(".pth") and not n.startswith("."))
-        except OSError:
-            continue
-        for name in names:
-            try:
-                with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
-                    lines = f.read().splitlines()
-            except OSError:
-                continue
-            for line in lines:
-                line = line.rstrip()
-                if not line or line.startswith(("#", "import ", "import\t")):
-                    continue
-                entry = os.path.abspath(os.path.join(folder, line))
-                if os.path.exists(entry) and entry not in found:
-                    found.append(entry)
+    venv, system = _prefixes()
+    version = f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    libs = dict.fromkeys([getattr(sys, "platlibdir", "lib"), "lib"])
+    own = [os.path.join(venv, lib, version, "site-packages") for lib in libs] if venv else []
+    for folder in [*own, *(site.getsitepackages(system) if system else [])]:
+        _add_site_folder(folder, found, 0)
     return found
 
 
-def _prefixes() -> list[str]:
-    """The prefixes whose site folders `site` would add: a virtual environment's (its `pyvenv.cfg`, read
-    as `site.venv` reads it, which would also run its `.pth` files), then the base's where it includes
-    them. User site folders never (the runner is also started with `-I`)."""
+def _add_site_folder(folder: str, found: list[str], depth: int) -> None:
+    """`folder` and the entries its `.pth` files name, into `found` (what `site.addsitedir` adds)."""
+    if depth > 4 or not os.path.isdir(folder) or folder in found:
+        return
+    found.append(folder)
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".pth") and not n.startswith("."))
+    except OSError:
+        return
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8", errors="replace") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            line = line.rstrip()
+            added = ADDSITEDIR.match(line)
+            if added is not None:
+                _add_site_folder(added.group(2), found, depth + 1)
+            elif line and not line.startswith(("#", "import ", "import\t")):
+                entry = os.path.abspath(os.path.join(folder, line))
+                if os.path.exists(entry) and entry not in found:
+                    found.append(entry)
+
+
+def _prefixes() -> tuple[str, list[str]]:
+    """(a virtual environment's folder or '', the system prefixes whose site folders count): the
+    environment's `pyvenv.cfg` read as `site.venv` reads it (which would also run its `.pth` files). A
+    virtual environment's own site folder is laid out as venv makes it, whatever the system's `site` says
+    of its own (Debian's dist-packages). User site folders never (the runner is also started with -I)."""
     bin_dir = os.path.dirname(os.path.abspath(sys.executable))
-    base = [sys.prefix, sys.exec_prefix]
+    system = [sys.prefix, sys.exec_prefix]
     for conf in (os.path.join(bin_dir, "pyvenv.cfg"), os.path.join(os.path.dirname(bin_dir), "pyvenv.cfg")):
         if os.path.isfile(conf):
             include = "true"
@@ -92,10 +105,12 @@ def _prefixes() -> list[str]:
                     key, sep, value = line.partition("=")
                     if sep and key.strip().lower() == "include-system-site-packages":
                         include = value.strip().lower()
-            return [os.path.dirname(bin_dir), *(base if include == "true" else [])]
-    return base
+            return os.path.dirname(bin_dir), system if include == "true" else []
+    return "", system
 
 
+ADDSITEDIR = __import__("re").compile(r"""^import site; site\.addsitedir\((['"])([^'"]+)\1\)$""")
+"""A `.pth` line that only adds a site folder (a task environment's in a Docker image)."""
 FULL_PATH = _environment_path()
 """The sys.path the tests run with (children get it back; this process never holds the repository's)."""
 if __name__ == "__main__" and len(sys.argv) > 3:  # run as the grader's runner, not imported by the harness

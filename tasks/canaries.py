@@ -200,10 +200,7 @@ def held_canaries(checks: dict[str, list[Check]], stored: list[Canary]) -> list[
 
 def changed_expectation(check: Check) -> Check | None:
     """An expectation that the value meeting `check` cannot meet: equality with another value of the same
-    type and form, an inequality turned equality, `is` turned `is not` and back, a pattern that never
-    matches."""
-    if check.kind == "ne":
-        return Check(check.slot, check.test, "eq", check.expected, check.line)
+    type and form, `is` turned `is not` and back, a pattern that never matches."""
     if check.kind in ("is", "is not"):
         return Check(
             check.slot, check.test, "is not" if check.kind == "is" else "is", check.expected, check.line

@@ -4,9 +4,9 @@ reports actual values, and the parent, which never imported the repository, comp
 A statement at the top level of a test function's body (so that it runs exactly once when the test
 passes) is rewritten when its expected side does not depend on the code under test:
 
-- `assert ACTUAL == EXPECTED` / `!=` (either order) becomes `_harness_observe(SLOT, ACTUAL)`;
-- `assert ACTUAL is None` / `is not None` / `is True` / `is False` becomes `_harness_observe_is(...)`;
-- `self.assertEqual(ACTUAL, EXPECTED)` / `assertNotEqual` / `assertIsNone` / `assertIsNotNone` likewise;
+- `assert ACTUAL == EXPECTED` (either order) becomes `_harness_observe(SLOT, ACTUAL)`;
+- `assert ACTUAL is None` / `is True` / `is False` becomes `_harness_observe_is(SLOT, ACTUAL)`;
+- `self.assertEqual(ACTUAL, EXPECTED)` and `self.assertIsNone(ACTUAL)` likewise;
 - `with pytest.raises(E, match=PATTERN) [as NAME]:` loses its pattern, and `_harness_observe(SLOT,
   str(NAME.value))` follows the block: the parent searches the pattern in the message, as pytest does.
 
@@ -15,6 +15,10 @@ EXPECTED is a literal: constants, displays of literals, and `Decimal`, `Fraction
 it binds nowhere else). The file keeps no trace of the value: code that reads the calling frame, the
 test's source or a traceback finds nothing to copy, and an object that equals anything is not plain data
 (`tasks/plain.py`). `Check` says, per slot, which test it belongs to and what the parent expects.
+
+An inequality (`!=`, `is not`) stays in the file: the value it names is one a right answer is not, so
+there is nothing to copy, and the parent could not compare an actual value that is not plain data (an
+object with its own `__eq__`) with it as the test does.
 """
 
 from __future__ import annotations
@@ -44,9 +48,10 @@ CONSTRUCTORS: dict[tuple[str, str], Any] = {
 }
 """The standard library's value types an expected value may be built with (module, name) -> type."""
 SINGLETONS = {"None": None, "True": True, "False": False}
-UNITTEST_EQUAL = {"assertEqual": "eq", "assertEquals": "eq", "assertNotEqual": "ne", "assertNotEquals": "ne"}
-UNITTEST_NONE = {"assertIsNone": "is", "assertIsNotNone": "is not"}
-Kind = Literal["eq", "ne", "is", "is not", "search"]
+UNITTEST_EQUAL = ("assertEqual", "assertEquals")
+UNITTEST_NONE = ("assertIsNone",)
+Kind = Literal["eq", "is", "is not", "search"]
+"""`is not` only in a held canary's changed expectation (`tasks/canaries.changed_expectation`)."""
 
 
 @dataclass(frozen=True)
@@ -64,21 +69,17 @@ class Check:
 
     def holds(self, observed: Any) -> bool:
         """Whether the child's observation (an encoding) meets the expectation; garbage never does."""
+        if self.kind in ("is", "is not"):
+            if observed not in (["none"], ["true"], ["false"], ["other"]):
+                return False
+            return (observed == self.expected) == (self.kind == "is")
         try:
-            if self.kind in ("is", "is not"):
-                same = observed == self.expected
-                return (
-                    same
-                    if self.kind == "is"
-                    else not same and observed in (["none"], ["true"], ["false"], ["other"])
-                )
             actual = decode(observed)
             if self.kind == "search":
                 return type(actual) is str and re.search(decode(self.expected), actual) is not None
-            equal = bool(actual == decode(self.expected))
+            return bool(actual == decode(self.expected))
         except (ValueError, re.error, RecursionError):
             return False
-        return equal if self.kind == "eq" else not equal
 
 
 @dataclass
@@ -174,20 +175,18 @@ def _assert(
     if not isinstance(compare, ast.Compare) or len(compare.ops) != 1:
         return None
     op, left, right = compare.ops[0], compare.left, compare.comparators[0]
-    if isinstance(op, ast.Is | ast.IsNot):
+    if isinstance(op, ast.Is):
         singleton = _singleton(right)
         if singleton is None:
             return None
-        kind: Kind = "is" if isinstance(op, ast.Is) else "is not"
-        return [_call(OBSERVE_IS, slot, left)], Check(slot, test, kind, singleton, statement.lineno)
-    if not isinstance(op, ast.Eq | ast.NotEq):
+        return [_call(OBSERVE_IS, slot, left)], Check(slot, test, "is", singleton, statement.lineno)
+    if not isinstance(op, ast.Eq):
         return None
     made = _equality(left, right, names)
     if made is None:
         return None
     actual, expected = made
-    kind = "eq" if isinstance(op, ast.Eq) else "ne"
-    return [_call(OBSERVE, slot, actual)], Check(slot, test, kind, expected, statement.lineno)
+    return [_call(OBSERVE, slot, actual)], Check(slot, test, "eq", expected, statement.lineno)
 
 
 def _equality(left: ast.expr, right: ast.expr, names: dict[str, Any]) -> tuple[ast.expr, list[Any]] | None:
@@ -221,15 +220,13 @@ def _unittest(
         return None
     line = call.lineno
     if func.attr in UNITTEST_NONE and len(call.args) in (1, 2):
-        kind: Kind = "is" if UNITTEST_NONE[func.attr] == "is" else "is not"
-        return [_call(OBSERVE_IS, slot, call.args[0])], Check(slot, test, kind, ["none"], line)
+        return [_call(OBSERVE_IS, slot, call.args[0])], Check(slot, test, "is", ["none"], line)
     if func.attr in UNITTEST_EQUAL and len(call.args) in (2, 3):
         made = _equality(call.args[0], call.args[1], names)
         if made is None:
             return None
         actual, expected = made
-        kind = "eq" if UNITTEST_EQUAL[func.attr] == "eq" else "ne"
-        return [_call(OBSERVE, slot, actual)], Check(slot, test, kind, expected, line)
+        return [_call(OBSERVE, slot, actual)], Check(slot, test, "eq", expected, line)
     return None
 
 

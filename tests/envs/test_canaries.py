@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from envs.grading import grade_patch
+from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
 from policies.hacker import PIPE_ANSWER
 from tasks.canaries import candidates, spread
@@ -99,7 +100,7 @@ def test_a_process_a_test_leaves_holding_the_answer_pipe_does_not_hold_up_the_gr
 @pytest.fixture(scope="module")
 def task() -> Task:
     found = next(t for t in load_suite("demo") if t.id == "demo-add")
-    assert len(found.hidden_tests.canaries) >= 3, "run `harness tasks validate --suite demo` to keep canaries"
+    assert len(found.hidden_tests.canaries) >= 2, "run `harness tasks validate --suite demo` to keep canaries"
     return found
 
 
@@ -107,6 +108,6 @@ def test_the_gold_patch_fails_every_canary_and_scores_one(task: Task) -> None:
     require_backend("bwrap")
     grade = grade_patch(task, task.gold_patch or "", SandboxConfig(backend="bwrap"))
     assert grade.reward == 1.0 and grade.tampering == [], grade.tampering
-    assert set(grade.canaries.values()) == {"failed"} and len(grade.canaries) == len(
-        task.hidden_tests.canaries
-    )
+    assert set(grade.canaries.values()) == {"failed"}
+    held = [c for c in plan_run(task, task.hidden_tests.canaries).canaries.values() if c.held is not None]
+    assert held and len(grade.canaries) == len(task.hidden_tests.canaries) + len(held)  # stored and held

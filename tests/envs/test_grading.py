@@ -15,7 +15,7 @@ import pytest
 from envs.grading import RUNNER, collect_patch, grade_patch, validate_task
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
-from tasks.canaries import Canary
+from tasks.canaries import candidates
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
@@ -359,7 +359,7 @@ def test_a_hidden_file_that_cannot_be_collected_says_why(backend: str, tmp_path:
     config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
     grade = grade_patch(task, ADD_FIX, config)
     assert grade.correct == 0.0 and grade.tampering == []
-    assert grade.collect_errors == {"tests/test_add.py": "ModuleNotFoundError: No module named 'calc'"}
+    assert grade.collect_errors["tests/test_add.py"] == "ModuleNotFoundError: No module named 'calc'"
     (problem,) = validate_task(task.model_copy(update={"gold_patch": ADD_FIX}), config, repeats=1).problems
     assert "not collected: tests/test_add.py: ModuleNotFoundError: No module named 'calc'" in problem
     assert "a src/ layout?" in problem
@@ -392,15 +392,16 @@ def test_an_option_a_repository_conftest_adds_is_parsed_in_every_child(backend: 
         }
     )
     (task.repo / "conftest.py").write_text(OPTION_CONFTEST)
-    sweet = OPTION_TEST.replace('== "plain"', '== "sweet"')
-    canary = Canary(file="tests/test_add.py", test="test_add", mutation="plain became sweet", source=sweet)
+    (canary,) = [
+        c for c in candidates("tests/test_add.py", OPTION_TEST, {"test_add"}) if "2 became 3" in c.mutation
+    ]
     config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
 
     grade = grade_patch(task, ADD_FIX, config, trial=[canary])
 
     assert grade.tampering == [] and grade.collect_errors == {}, grade
     assert grade.fail_to_pass == {"tests/test_add.py::test_add": "passed"} and grade.correct == 1.0
-    assert grade.canaries == {canary.label: "failed"}
+    assert grade.canaries[canary.label] == "failed" and set(grade.canaries.values()) == {"failed"}
 
 
 REUSED_PARSER = """

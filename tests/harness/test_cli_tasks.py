@@ -32,7 +32,7 @@ def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str,
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = json.loads(proc.stdout)
     assert result["ok"] and result["gold_rewards"] == [1.0, 1.0, 1.0] and result["empty_rewards"] == [0.0] * 3
-    assert result["canaries"] >= 3 and not result["weak"], result
+    assert result["canaries"] >= 2 and result["held_canaries"] >= 1 and not result["weak"], result
     kept = json.loads((suite / "mini-001" / "canaries.json").read_text())
     assert len(kept) == result["canaries"] and all(c["file"] == "tests/test_hidden_clamp.py" for c in kept)
     again = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1")
@@ -102,8 +102,9 @@ def test_grade_rejects_bad_input(tmp_path: Path) -> None:
 @pytest.mark.timeout(1200)
 def test_the_builtin_suite_validates(backend: str) -> None:
     """Every built-in task (one a repository on the backend that is not `WHOLE_SUITE_BACKEND`): gold patch
-    correct and empty patch zero on this backend; its stored canaries are the ones validation keeps (at
-    least 3, each failing on the gold patch). Once each: that a grade is the same every time is
+    correct and empty patch zero on this backend; its stored canaries are the ones validation keeps (each
+    failing on the gold patch at its own assertion), with held ones at least 2, and a reason where a kind
+    is missing. Once each: that a grade is the same every time is
     tests/envs/test_grading.py's to show, and three rounds took 8 minutes a backend."""
     sample = builtin_sample(backend)
     selected = ["--tasks", ",".join(sample)] if sample else []
@@ -115,4 +116,6 @@ def test_the_builtin_suite_validates(backend: str) -> None:
     assert len(results) == (len(sample) if sample else len(load_suite("builtin"))) and len(results) >= 4
     assert [r["task_id"] for r in results if not r["ok"]] == [], proc.stderr
     assert proc.returncode == 0
-    assert min(r["canaries"] for r in results) >= 3, [(r["task_id"], r["canaries"]) for r in results]
+    counts = [(r["task_id"], r["canaries"], r["held_canaries"]) for r in results]
+    assert min(r["canaries"] + r["held_canaries"] for r in results) >= 2, counts
+    assert all(r["no_canary"] for r in results if 0 in (r["canaries"], r["held_canaries"])), counts
