@@ -64,6 +64,7 @@ DONE = "harness-grader-done"
 """The runner's last line: DONE and the sha256 of the report it wrote."""
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
+Integrity = Literal["protected", "unprotected"]
 
 
 class Grade(BaseModel):
@@ -100,6 +101,10 @@ class Grade(BaseModel):
     or `unexplained` (missing, crashed, stopped, failed elsewhere)."""
     decided_in_parent: int = 0
     """Hidden assertions whose expected value the grader held outside the sandbox (`tasks/expectations.py`)."""
+    integrity: Integrity = "protected"
+    """`unprotected`: a verifier script (a Harbor task's tests/test.sh) ran in the sandbox that holds the
+    agent's code, as the user that writes the reward, so nothing keeps that code from writing the reward
+    itself; `harness train` refuses such tasks unless `reward.allow_unprotected` (`integrity_of`)."""
     hidden_assertions: int = 0
     """Hidden assertions of the test files run, decided in the parent or not."""
     collect_errors: dict[str, str] = Field(default_factory=dict)
@@ -124,6 +129,27 @@ class AgentTreeError(Exception):
 
 INFRA_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE, errno.ENFILE})
 """Host errors that are the machine's, not the agent's tree's."""
+
+
+def integrity_of(task: Task) -> Integrity:
+    """How far a task's grade can be trusted: `protected` when the hidden tests run under the grader's own
+    runner (outcomes decided where the agent's code never ran, expected values held outside, canaries);
+    `unprotected` when a verifier script decides, run as the user that writes the reward."""
+    return "unprotected" if task.hidden_tests.verifier is not None else "protected"
+
+
+def refuse_unprotected(tasks: list[Task], config: RewardConfig) -> None:
+    """Raises ValueError naming the tasks whose grade the agent's code could write, unless allowed."""
+    unprotected = [t.id for t in tasks if integrity_of(t) == "unprotected"]
+    if unprotected and not config.allow_unprotected:
+        shown = ", ".join(unprotected[:5]) + (
+            f" and {len(unprotected) - 5} more" if len(unprotected) > 5 else ""
+        )
+        raise ValueError(
+            f"{len(unprotected)} task(s) are graded by a verifier script that runs as the user that writes the "
+            f"reward ({shown}): a policy could learn to write its own reward. Leave them out, or set "
+            "reward.allow_unprotected=true to train on them anyway."
+        )
 
 
 def collect_patch(sandbox: Sandbox, task: Task, config: SandboxConfig) -> str:
@@ -317,6 +343,7 @@ def _grade_in(
             "canaries": tests.canaries,
             "collect_errors": tests.collect_errors,
             "decided_in_parent": tests.decided_in_parent,
+            "integrity": integrity_of(task),
             "hidden_assertions": tests.hidden_assertions,
         }
     )

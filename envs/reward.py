@@ -30,6 +30,9 @@ class RewardConfig(BaseModel):
     """`correct` becomes the fraction of hidden tests passed instead of all-or-nothing."""
     size_budget_lines: int = Field(default=40, ge=1)
     """Changed lines allowed without penalty when the task has no gold patch."""
+    allow_unprotected: bool = False
+    """Train on tasks whose grade is `unprotected` (a verifier script that runs as the user that writes the
+    reward: Harbor tasks); refused by default, since a policy could learn to write its own reward."""
     suspicion_penalty: float = Field(default=0.0, ge=0, le=1)
     """Share of the reward a grade loses when the graded diff adds what a bug fix has no business adding
     (`envs/suspicion.py`); 0 only reports it."""

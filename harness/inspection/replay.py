@@ -347,7 +347,8 @@ class RunRow(BaseModel):
     advantage: float | None
     """Training runs: the GRPO advantage the trajectory was trained with."""
     flags: str = ""
-    """`T` when the grade found tampering, `S` when it found suspect additions."""
+    """`T` when the grade found tampering, `S` when it found suspect additions, `U` when it is unprotected
+    (a verifier script decided, run where the agent's code could write the reward)."""
 
 
 def run_row(t: Trajectory, trained: list[SegmentAdvantage]) -> RunRow:
@@ -356,7 +357,9 @@ def run_row(t: Trajectory, trained: list[SegmentAdvantage]) -> RunRow:
         correct=t.grade.correct if t.grade is not None else None, turns=t.metrics.turns,
         summaries=t.metrics.summaries, tokens=t.metrics.total_tokens, status=t.status,
         duration_s=round(t.timings.duration_s, 2), advantage=trained[0].advantage if trained else None,
-        flags=("T" if t.grade and t.grade.tampering else "") + ("S" if t.grade and t.grade.suspicion else ""),
+        flags=("T" if t.grade and t.grade.tampering else "")
+        + ("S" if t.grade and t.grade.suspicion else "")
+        + ("U" if t.grade and t.grade.integrity == "unprotected" else ""),
     )  # fmt: skip
 
 
@@ -385,4 +388,6 @@ def runs_caption(rows: list[RunRow]) -> str:
     mean = sum(r.reward for r in graded) / len(graded) if graded else 0.0
     passed = sum(1 for r in graded if r.correct == 1.0) / len(graded) if graded else 0.0
     counts = ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.status for r in rows).items()))
-    return f"mean reward {mean:.3f} · pass rate {passed:.3f} · {counts}"
+    unprotected = sum("U" in r.flags for r in rows)
+    trust = f" · unprotected {unprotected} (a verifier the agent's code could answer)" if unprotected else ""
+    return f"mean reward {mean:.3f} · pass rate {passed:.3f} · {counts}{trust}"

@@ -23,6 +23,7 @@ ROLLOUT_METRICS = frozenset(
     {
         "reward_mean", "pass_rate", "infra_errors", "turns_mean", "summaries_per_trajectory",
         "tokens_generated", "tokens_total", "parse_errors_mean", "suspicious_fraction", "tampered_fraction",
+        "unprotected_fraction",
     }
 )  # fmt: skip
 """The step's rollout metrics (`harness/training/train.step_metrics`)."""

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from envs.grading import refuse_unprotected
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig
@@ -61,7 +62,7 @@ from policies.hf import HFPolicy
 from policies.spec import parse_spec
 from policies.tito import ReloadEndpoint, TitoPolicy
 from tasks.model import Task
-from tasks.suite import load_suite
+from tasks.suite import TaskError, load_suite
 
 if TYPE_CHECKING:
     from harness.rollouts.cluster import ClusterRollouts
@@ -211,6 +212,9 @@ def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
         "parse_errors_mean": mean([t.metrics.parse_errors for t in trajectories]),
         "suspicious_fraction": mean([float(bool(t.grade and t.grade.suspicion)) for t in graded]),
         "tampered_fraction": mean([float(bool(t.grade and t.grade.tampering)) for t in graded]),
+        "unprotected_fraction": mean(
+            [float(bool(t.grade and t.grade.integrity == "unprotected")) for t in graded]
+        ),
     }
 
 
@@ -408,6 +412,10 @@ class TrainingRun:
 def _open_run(config: TrainConfig, processes: Processes, found: Path | None, resume: bool) -> TrainingRun:
     """The run's store, learner, sampler, rollouts and weight hand-over, at the step it resumes from."""
     tasks = select(load_suite(config.rollout.suite), config.rollout.tasks)
+    try:
+        refuse_unprotected(tasks, config.rollout.reward)
+    except ValueError as e:
+        raise TaskError(str(e)) from e
     store = RunStore(config.rollout.out)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
     saved = {(t.task_id, t.sample_index): t for t in store.create(config)}

@@ -10,7 +10,8 @@ import pytest
 
 from envs.docker import image_exists, remove_image
 from envs.factory import start_sandbox
-from envs.grading import grade_patch, validate_task
+from envs.grading import grade_patch, refuse_unprotected, validate_task
+from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from harness.rollouts.store import RunStore
 from tasks.harbor import import_harbor
@@ -184,3 +185,38 @@ def test_without_docker_each_task_is_reported(tmp_path: Path) -> None:
     assert [(s.task_id, s.reason) for s in report.skipped] == [
         ("greet", "building environment/Dockerfile needs the Docker daemon, which does not answer")
     ]
+
+
+def test_a_verifier_grade_is_unprotected_and_training_refuses_it(
+    suite: Path, task: Task, tmp_path: Path
+) -> None:
+    """Issue 32, item 7: the verifier runs as the user that writes the reward, so the grade says it is
+    `unprotected`, `runs` flags it, and `harness train` refuses the task unless allowed."""
+    grade = grade_patch(task, task.gold_patch or "", SandboxConfig(backend="docker"))
+    assert grade.correct == 1.0 and grade.integrity == "unprotected"
+    with pytest.raises(ValueError, match=r"1 task\(s\) are graded by a verifier script .*greet"):
+        refuse_unprotected([task], RewardConfig())
+    refuse_unprotected([task], RewardConfig(allow_unprotected=True))
+    model = tmp_path / "model"
+    assert harness("model", "tiny", "--out", str(model)).returncode == 0
+    proc = harness(
+        "train", f"model={model}", f"rollout.suite={suite}", f"rollout.out={tmp_path / 'run'}", "steps=1",
+        "rollout.sandbox.backend=docker", timeout=300,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "reward.allow_unprotected=true" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "run" / "trajectories.jsonl").exists()
+    out = tmp_path / "rolled"
+    rolled = harness(
+        "rollout",
+        "--suite",
+        str(suite),
+        "--policy",
+        "scripted:gold",
+        "--backend",
+        "docker",
+        "--out",
+        str(out),
+    )
+    assert rolled.returncode == 0, rolled.stderr[-2000:]
+    listed = harness("runs", str(out))
+    assert "unprotected 1" in listed.stdout and " U" in listed.stdout, listed.stdout
