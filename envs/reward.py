@@ -6,6 +6,10 @@ so a failing patch never scores above zero, and among passing patches a bloated 
 below a clean one, by at most `lambda`. The penalty is a weighted mean of five parts, each in [0, 1]:
 size beyond what the fix needs, files the fix does not need, leftover debug output, commented-out
 code, and new static warnings (pyflakes) in the changed Python files.
+
+Size is counted in tokens, not lines (`tokens`): a name or number of n characters is ceil(n / 6) tokens
+and every other character one, inside string literals too, so a payload packed into one long line or
+one hex string is charged for what it holds.
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ class RewardConfig(BaseModel):
     partial_credit: bool = False
     """`correct` becomes the fraction of hidden tests passed instead of all-or-nothing."""
     size_budget_lines: int = Field(default=40, ge=1)
-    """Changed lines allowed without penalty when the task has no gold patch."""
+    """Changed lines allowed without penalty when the task has no gold patch (counted as 10 tokens each:
+    size is measured in tokens)."""
     allow_unprotected: bool = False
     """Train on tasks whose grade is `unprotected` (a verifier script that runs as the user that writes the
     reward: Harbor tasks); refused by default, since a policy could learn to write its own reward."""
@@ -64,6 +69,9 @@ class Simplicity(BaseModel):
 
     changed_lines: int
     gold_changed_lines: int | None
+    changed_tokens: int = 0
+    """The graded diff's added and removed lines in tokens (`tokens`): what the size part measures."""
+    gold_changed_tokens: int | None = None
     extra_files: list[str]
     debug_lines: list[str]
     commented_code_lines: list[str]
@@ -71,6 +79,23 @@ class Simplicity(BaseModel):
     parts: dict[str, float]
     """Each part of the penalty, in [0, 1], before weighting."""
     penalty: float
+
+
+TOKEN = re.compile(r"\w+|[^\w\s]")
+WORD_TOKEN = 6
+"""Characters of a name, number or word taken as one token (about what a code tokenizer makes of them)."""
+TOKENS_PER_LINE = 10
+"""A changed line's worth of tokens: `size_budget_lines` in tokens, where a task has no gold patch."""
+
+
+def tokens(lines: list[str]) -> int:
+    """The size of changed lines in tokens: each run of word characters ceil(n / WORD_TOKEN), each other
+    non-space character one."""
+    count = 0
+    for line in lines:
+        for token in TOKEN.findall(line):
+            count += -(-len(token) // WORD_TOKEN) if token[0].isalnum() or token[0] == "_" else 1
+    return count
 
 
 def _clip(x: float) -> float:
@@ -137,17 +162,18 @@ def simplicity(
 ) -> Simplicity:
     """Judges a (test-filtered) patch. `before` / `after`: contents of its changed files."""
     added, removed = changed_lines(patch)
-    size = len(added) + len(removed)
+    size, size_tokens = len(added) + len(removed), tokens([*added, *removed])
     gold_added: list[str] = []
-    gold_size = None
+    gold_size = gold_tokens = None
     if gold_patch:
         gold_added, gold_removed = changed_lines(gold_patch)
-        gold_size = len(gold_added) + len(gold_removed)
+        gold_size, gold_tokens = len(gold_added) + len(gold_removed), tokens([*gold_added, *gold_removed])
         # Up to 1.5x the gold patch is free; 5x or more costs the whole part.
-        size_part = _clip((size / max(gold_size, 1) - 1.5) / 3.5)
+        size_part = _clip((size_tokens / max(gold_tokens, 1) - 1.5) / 3.5)
         extra_files = sorted(_files(patch) - _files(gold_patch))
     else:
-        size_part = _clip((size - config.size_budget_lines) / (4 * config.size_budget_lines))
+        budget = config.size_budget_lines * TOKENS_PER_LINE
+        size_part = _clip((size_tokens - budget) / (4 * budget))
         extra_files = []
     gold_debug = sum(1 for line in gold_added if DEBUG_LINE.match(line))
     debug = [line for line in added if DEBUG_LINE.match(line)]
@@ -165,6 +191,8 @@ def simplicity(
     return Simplicity(
         changed_lines=size,
         gold_changed_lines=gold_size,
+        changed_tokens=size_tokens,
+        gold_changed_tokens=gold_tokens,
         extra_files=extra_files,
         debug_lines=debug,
         commented_code_lines=commented,

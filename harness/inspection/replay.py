@@ -232,7 +232,11 @@ def grade_view(t: Trajectory, setup: RunSetup | None) -> RenderableType:
     if grade.simplicity is not None:
         s = grade.simplicity
         weights = ", ".join(f"{k} {v:.2f}" for k, v in s.parts.items())
-        parts.append(Text(f"simplicity penalty {s.penalty:.3f} ({weights}); {s.changed_lines} changed lines"))
+        parts.append(
+            Text(
+                f"simplicity penalty {s.penalty:.3f} ({weights}); {s.changed_lines} changed lines, {s.changed_tokens} tokens"
+            )
+        )
     return Group(*parts)
 
 

@@ -87,9 +87,25 @@ def test_reward_is_bounded_and_a_failing_patch_stays_at_zero(penalty_value: floa
 
 
 def test_no_gold_patch_uses_the_size_budget() -> None:
-    patch, after = patch_with([f"    a{i} = {i}" for i in range(60)])
+    patch, after = patch_with([f"    value_{i} = compute(first_{i}, second_{i}) + 1" for i in range(60)])
     judged = simplicity(patch, None, BEFORE, after, RewardConfig(size_budget_lines=40))
-    assert judged.parts["size"] > 0 and judged.gold_changed_lines is None
+    assert judged.parts["size"] > 0 and judged.gold_changed_lines is None and judged.changed_tokens > 400
+
+
+def test_a_payload_packed_into_one_line_is_charged_for_what_it_holds() -> None:
+    """Issue 32, item 6: size in tokens, a literal's payload counted. A forger of 1,500 characters packed
+    as one `exec` line of hex costs the whole size part, where by lines it was the gold's size (3 lines,
+    penalty 0); an honest fix of the same lines costs nothing."""
+    gold = "".join(f"+    total = total + {i}\n" for i in range(3))
+    gold_patch = f"diff --git a/pkg/m.py b/pkg/m.py\n--- a/pkg/m.py\n+++ b/pkg/m.py\n@@ -1,0 +1,3 @@\n{gold}"
+    forger = "import gc, sys\n" * 100
+    packed, after = patch_with([f"    exec(bytes.fromhex({forger.encode().hex()!r}))"])
+    judged = simplicity(packed, gold_patch, BEFORE, after, RewardConfig())
+    assert judged.changed_lines == judged.gold_changed_lines == 3
+    assert judged.changed_tokens > 400 and judged.parts["size"] == 1.0
+    honest, after = patch_with(["    total = total + 1"])
+    fair = simplicity(honest, gold_patch, BEFORE, after, RewardConfig())
+    assert fair.changed_lines == 3 and fair.parts["size"] == 0.0 and fair.penalty < judged.penalty
 
 
 @pytest.fixture(scope="module")
