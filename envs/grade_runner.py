@@ -907,6 +907,97 @@ def run_pytest(config: Any, args: list[str], plugins: list[object]) -> int:
         return int(pytest.ExitCode.USAGE_ERROR)
 
 
+AUDITED = frozenset(
+    {
+        "sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile", "sys.addaudithook",
+        "gc.get_referrers", "gc.get_referents", "gc.get_objects", "object.__getattr__", "ctypes.dlopen",
+        "ctypes.dlsym", "ctypes.cdata", "ctypes.addressof", "ctypes.string_at", "ctypes.wstring_at", "open",
+    }
+)  # fmt: skip
+"""Audit events (PEP 578) a fix has no business raising from the repository's own code: frame and
+traceback introspection, tracing and profiling hooks, heap walks, ctypes, and `open` of the test file or
+the grader's files."""
+PASS_THROUGH = ("logging", "warnings", "unittest", "doctest")
+"""Standard library packages whose own use of frames is theirs (a logger finding its caller)."""
+MAX_AUDIT = 20
+"""Audit findings a child reports at most."""
+
+
+class Audit:
+    """An audit hook (PEP 578: code cannot remove it), added in each child before any code of the
+    repository runs. It records the audited events raised by the repository's own code (not its tests):
+    the frame that raised one, after any frames of the standard library between (so `inspect.stack()`
+    counts as its caller's), is a file under the repository that is no test file. Its record goes into
+    the child's answer, and a child's answer without it is not believed."""
+
+    def __init__(self, root: str, watched: list[str]) -> None:
+        self.root = os.path.realpath(root)
+        self.watched = {os.path.realpath(p) for p in watched}
+        self.names = {os.path.basename(p) for p in watched}
+        self.stdlib = os.path.dirname(os.path.realpath(os.__file__))
+        self.kinds: dict[str, str] = {}
+        self.found: list[str] = []
+        self.busy = False
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if event not in AUDITED or self.busy or len(self.found) >= MAX_AUDIT:
+            return
+        if event == "open" and not (args and isinstance(args[0], str) and self._watched(args[0])):
+            return
+        self.busy = True  # sys._getframe below raises an audit event of its own
+        try:
+            where = self._raised_by()
+            if where is not None:
+                what = f"opened {os.path.basename(str(args[0]))}" if event == "open" else event
+                self.found.append(f"{where}: {what}")
+        except Exception:
+            pass
+        finally:
+            self.busy = False
+
+    def _watched(self, path: str) -> bool:
+        return os.path.basename(path) in self.names and os.path.realpath(path) in self.watched
+
+    def _raised_by(self) -> str | None:
+        """`PATH:LINE` of the repository's non-test code that raised the event, else None. Each file's
+        kind is worked out once (`kinds`): a hook that walked and resolved paths on every event tripled
+        a grade's time."""
+        frame: types.FrameType | None = sys._getframe(2)
+        while frame is not None:
+            kind = self.kinds.get(frame.f_code.co_filename)
+            if kind is None:
+                kind = self.kinds[frame.f_code.co_filename] = self._kind(frame.f_code.co_filename)
+            if kind == "through":
+                frame = frame.f_back
+                continue
+            if kind == "repository":
+                name = os.path.realpath(frame.f_code.co_filename)
+                return f"{name[len(self.root) + 1 :]}:{frame.f_lineno}"
+            return None
+        return None
+
+    def _kind(self, name: str) -> str:
+        """`through` (the standard library, the import system: look at its caller), `stop` (its own use:
+        logging, unittest, pytest, plugins, tests), or `repository` (the repository's own code)."""
+        if name.startswith("<"):
+            return "through"
+        if name.startswith(self.stdlib + "/") and "-packages/" not in name:
+            if any(f"/{package}/" in name or name.endswith(f"/{package}.py") for package in PASS_THROUGH):
+                return "stop"
+            return "through"
+        real = os.path.realpath(name)
+        if real.startswith(self.root + "/") and not _is_test_file(real[len(self.root) + 1 :]):
+            return "repository"
+        return "stop"
+
+
+def _is_test_file(relative: str) -> bool:
+    parts = relative.lower().split("/")
+    name = parts[-1]
+    tests = name.startswith("test_") or name.endswith("_test.py") or name in ("conftest.py", "tests.py")
+    return tests or any(part in ("tests", "test", "testing") for part in parts[:-1])
+
+
 def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int, config: Any) -> None:
     for block in [f for f in sys.meta_path if isinstance(f, RepositoryBlock)]:
         block.lift()
@@ -928,6 +1019,15 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int
     os.chdir(root)
     sys.path.insert(0, root)
     expect = sys.modules.get(EXPECT)
+    grader = os.path.dirname(os.path.abspath(__file__))
+    audit = Audit(
+        root,
+        [
+            os.path.join(root, target.split("::", 1)[0]),
+            *(os.path.join(grader, n) for n in os.listdir(grader)),
+        ],
+    )
+    sys.addaudithook(audit)
     recorder = Recorder(expect)
     guard = Guard(root)
     exit_code = run_pytest(config, [*session_args(ini, root), target], [recorder, guard])
@@ -936,6 +1036,7 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int
         "collect_errors": recorder.collect_errors,
         "crashes": recorder.crashes,
         "observed": list(expect.OBSERVED) if expect is not None else [],
+        "audit": list(audit.found),
         "exit_code": exit_code,
         "tampering": [*_capped(before.changes()), *_capped(guard.hooks), *_capped(guard.items)],
     }
@@ -1094,6 +1195,7 @@ def main() -> None:
     outcomes: dict[str, str] = {}
     observed: dict[str, list[list[Any]]] = {}
     crashes: dict[str, Any] = {}
+    suspect: list[str] = []
     not_collected: dict[str, str] = {}
     findings: list[str] = []
     logs: list[str] = []
@@ -1109,6 +1211,11 @@ def main() -> None:
         logs.append(f"==== {target}\n{_tail(os.path.join(os.path.dirname(ini), 'child.log'))}")
         scratch.restore()
         ipc = remove_ipc(ipc) if in_sandbox else ipc
+        audit = answer.get("audit")
+        if answer and not isinstance(audit, list):  # not the answer the child's own code made
+            findings.append(f"{file}: the child's answer lacks the audit hook's record: not believed")
+            answer = {}
+        suspect += [f"{file}: at run time: {str(a)[:200]}" for a in (audit or [])[:MAX_AUDIT]]
         outcomes.update(_own(answer, target))
         observed.update(_own_observations(answer, target))
         crashes.update(_own_crashes(answer, target))
@@ -1133,6 +1240,7 @@ def main() -> None:
         "collect_errors": not_collected,
         "observed": observed,
         "crashes": crashes,
+        "suspicion": [*dict.fromkeys(suspect)],
     }
     write_report(report_path, report)
     # Nothing of the code under test ran here; os._exit all the same, as a child does.

@@ -325,7 +325,8 @@ def _grade_in(
             tests = _run_verifier(sandbox, verifier, timeout)
         else:
             tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
-        judged_simplicity, suspect = static.result()
+        judged_simplicity, static_suspect = static.result()
+    suspect = [*static_suspect, *tests.suspicion]
     f2p, p2p, score, timed_out = tests.fail_to_pass, tests.pass_to_pass, tests.score, tests.timed_out
     all_passed = 1.0 if score == 1.0 and not timed_out else 0.0
     correct = score if reward_config.partial_credit else all_passed
@@ -374,6 +375,8 @@ class HiddenRun:
     collect_errors: dict[str, str] = field(default_factory=dict)
     decided_in_parent: int = 0
     hidden_assertions: int = 0
+    suspicion: list[str] = field(default_factory=list)
+    """What the children's audit hooks saw the repository's code do."""
 
 
 def _run_tests(
@@ -419,9 +422,17 @@ def _run_tests(
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
     score = passed / (len(f2p) + len(p2p))
     errors = _task_paths(not_collected, plan)
-    return HiddenRun(
-        f2p, p2p, score, run.timed_out, tampering, canaries, errors, plan.decided, plan.assertions
-    )
+    suspect = [*dict.fromkeys(_task_finding(x, plan) for x in read.suspicion)]
+    counts = {"decided_in_parent": plan.decided, "hidden_assertions": plan.assertions}
+    return HiddenRun(f2p, p2p, score, run.timed_out, tampering, canaries, errors, suspicion=suspect, **counts)
+
+
+def _task_finding(finding: str, plan: RunPlan) -> str:
+    """`FILE: ...` with the file named as the task names it, not by the name it ran under."""
+    run, sep, rest = finding.partition(": ")
+    names = {r.split("::", 1)[0]: t.split("::", 1)[0] for t, r in plan.ids.items()}
+    names |= {r.split("::", 1)[0]: f"a canary of {c.file}" for r, c in plan.canaries.items()}
+    return f"{names.get(run, run)}{sep}{rest}"
 
 
 def _task_paths(errors: dict[str, str], plan: RunPlan) -> dict[str, str]:
@@ -443,6 +454,8 @@ class Report:
     """Each run id -> [[slot, encoding], ...]: the actual values of its rewritten assertions."""
     crashes: dict[str, Any] = field(default_factory=dict)
     """Each failed run id -> [exception type, line in its own file, 0 when raised elsewhere]."""
+    suspicion: list[str] = field(default_factory=list)
+    """What the children's audit hooks saw the repository's code do (`grade_runner.Audit`)."""
 
 
 def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
@@ -470,6 +483,7 @@ def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
             errors,
             {str(k): list(v) for k, v in observed.items() if isinstance(v, list)},
             {str(k): v for k, v in crashes.items()},
+            [str(x) for x in parsed.get("suspicion", [])][:50],
         )
     except (ValueError, KeyError, TypeError, AttributeError):
         return Report(tampering=["the report is not valid JSON"])
