@@ -1,5 +1,5 @@
 """The grader's test runner in an environment of its own: installed pytest plugins and an editable
-install, as real repositories have them. Run on the host, as the sandbox runs it (`python -I -B`)."""
+install, as real repositories have them. Run on the host, as the sandbox runs it (`python -I -S -B`)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def run_runner(python: Path, tmp_path: Path, targets: list[str]) -> tuple[dict[s
         [
             python,
             "-I",
+            "-S",
             "-B",
             grader / "run.py",
             report,
@@ -152,6 +153,29 @@ def test_the_runners_parent_never_imports_a_module_of_the_repository(
     assert report["outcomes"] == {"tests/test_helper.py::test_value": "passed"}, report
     assert importers and parent not in importers, (parent, importers)
     assert report["tampering"] == [], report
+
+
+def test_no_path_file_of_the_environment_runs_in_the_runner(environment: Path, tmp_path: Path) -> None:
+    """Issue 32, item 4: the runner starts without `site`. An import line of a `.pth` file (which runs
+    before any line of the runner when `site` processes it) runs in no process of the grade, while the
+    folders the path files name (the editable repository) are still on the tests' path."""
+    site = next(environment.parent.parent.glob("lib/python3*/site-packages"))
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    (site / "aaa-startup.pth").write_text(
+        f"import os; open(os.path.join({str(marks)!r}, str(os.getpid())), 'w').close()\n"
+    )
+    repo = tmp_path / "repo"
+    (repo / "tests").mkdir(parents=True)
+    (repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
+    (repo / "tests" / "test_calc.py").write_text(
+        "from calc import add\n\n\ndef test_add():\n    assert add(2, 3) == 5\n"
+    )
+
+    report, _ = run_runner(environment, tmp_path, ["tests/test_calc.py"])
+
+    assert report["outcomes"] == {"tests/test_calc.py::test_add": "passed"}, report
+    assert list(marks.iterdir()) == []
 
 
 CODE: dict[str, object] = {}

@@ -179,3 +179,20 @@ def test_the_honest_fix_is_kept_whole_and_is_what_simplicity_measures(task: Task
 def test_a_patch_git_cannot_apply_is_an_apply_error(task: Task, tmp_path: Path) -> None:
     broken = "diff --git a/mathlib.py b/mathlib.py\n--- a/mathlib.py\n+++ b/mathlib.py\n@@ -1,1 +1,1 @@\n-nope\n+yes\n"
     assert apply_patch(task.repo, broken, tmp_path / "scratch") is not None
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "src/sitecustomize/__init__.py", "lib/usercustomize.py", "pkg/deep/SiteCustomize/hook.py",
+        "sitecustomize/__init__.py", "usercustomize.cpython-311.py",
+    ],
+)  # fmt: skip
+def test_a_start_up_hook_is_dropped_in_any_form_and_place(task: Task, tmp_path: Path, path: str) -> None:
+    """Issue 32, item 4: a package named like sitecustomize (what the interpreter's start-up imports by
+    name, found through a .pth that puts src/ on the path) is dropped like the module file."""
+    patch = tree_patch(task, tmp_path, {path: FIXING_CONFTEST.encode()})
+    scratch = tmp_path / "scratch"
+    assert apply_patch(task.repo, patch, scratch) is None
+    judged = judge_tree(task.repo, scratch, set(task.hidden_tests.files))
+    assert judged.dropped == {path: "an interpreter start-up hook"} and judged.kept == {}
