@@ -31,6 +31,7 @@ from envs.lifecycle import current_owner, track
 from envs.python_env import sandbox_env
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+from envs.seccomp import keyring_filter
 
 EXECUTOR = Path(__file__).with_name("executor.py")
 SANDBOX_UID = 1000
@@ -235,6 +236,8 @@ def _bwrap_args(
     )
     bridge = Bridges([*binds, run_dir], uid)
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
+    if _seccomp_file(run_dir) is not None:  # read from SECCOMP_FD, which the launcher opens
+        args += ["--seccomp", str(SECCOMP_FD)]
     if can_disable_userns(bwrap):  # else the agent makes a user namespace, with every capability in it
         args += ["--unshare-user", "--disable-userns"]
     args += ["--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID), "--hostname", "sandbox"]
@@ -269,12 +272,32 @@ def _bwrap_args(
     return args, bridge
 
 
+SECCOMP_FD = 9
+"""The descriptor bwrap reads its seccomp filter from (`envs/seccomp.py`)."""
+
+
+def _seccomp_file(run_dir: Path) -> Path | None:
+    """The run's compiled filter that refuses the kernel's key rings (written once); None where this
+    machine's system call numbers are not known."""
+    program = keyring_filter()
+    if program is None:
+        return None
+    path = run_dir / "keyrings.bpf"
+    if not path.is_file() or path.read_bytes() != program:
+        fresh = run_dir / f"keyrings.bpf.{os.getpid()}"
+        fresh.write_bytes(program)
+        os.replace(fresh, path)
+    return path
+
+
 def _launcher(
-    group: cgroups.Cgroup | None, config: SandboxConfig, uid: int | None, bridge: Bridges
+    group: cgroups.Cgroup | None, config: SandboxConfig, uid: int | None, bridge: Bridges, run_dir: Path
 ) -> list[str]:
     """The command that puts itself into the control group, sets the rlimits a shell can, becomes the
     sandbox's host user and then bwrap, so that not even bwrap's first fork escapes the limits."""
     setup = [f"echo $$ > {f}" for f in (group.procs_files() if group else [])]
+    seccomp = _seccomp_file(run_dir)
+    setup += [f"exec {SECCOMP_FD}< {shlex.quote(str(seccomp))}"] if seccomp is not None else []
     setup += [f"ulimit -f {config.disk_mb * 1024 * 2}"]  # largest file, in 512-byte blocks
     if group is None:  # the process limit is the executor's own rlimit (--max-processes)
         setup += [f"ulimit -v {(config.memory_mb + 512) * 1024}"]
@@ -337,7 +360,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     args += ["--label", f"{owner.run_id}/{sandbox_id}"]
     if group is None:  # with a cgroup, its pids.max alone refuses forks, and counts them (limit_events)
         args += ["--max-processes", str(config.pids_limit)]
-    command = _launcher(group, config, uid, bridge) + args
+    command = _launcher(group, config, uid, bridge, run_dir) + args
     path_dirs = [str(env / "bin") if env else os.path.dirname(sys.executable), *SYSTEM_PATH]
     variables = {"PATH": ":".join(dict.fromkeys(path_dirs)), "HOME": "/tmp", "LANG": "C.UTF-8"}
     stderr_path = run_dir / f"{sandbox_id}.stderr"
