@@ -283,8 +283,8 @@ def _seccomp_file(run_dir: Path) -> Path | None:
     if program is None:
         return None
     path = run_dir / "keyrings.bpf"
-    if not path.is_file() or path.read_bytes() != program:
-        fresh = run_dir / f"keyrings.bpf.{os.getpid()}"
+    if not path.is_file() or path.read_bytes() != program:  # sandboxes start from many threads at once
+        fresh = run_dir / f"keyrings.bpf.{uuid.uuid4().hex}"
         fresh.write_bytes(program)
         os.replace(fresh, path)
     return path

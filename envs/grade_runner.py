@@ -674,6 +674,10 @@ class Scratch:
         self.roots = [os.path.realpath(r) for r in roots if os.path.isdir(r) and not os.path.islink(r)]
         self.entries: dict[str, tuple[tuple[int, ...], bytes | None]] = {}
         """path -> (its lstat key, its content for a file or its target for a link)"""
+        self.times: dict[str, tuple[int, int]] = {}
+        """path -> (atime, mtime) in ns, as they were: a folder's times are put back after every child"""
+        self.xattrs: dict[str, dict[str, bytes]] = {}
+        """path -> its extended attributes, as they were: put back after every child"""
         self.children: dict[str, list[str]] = {}
         self.mounts: set[str] = set()
         """Mount points under the roots, left as they are."""
@@ -695,6 +699,8 @@ class Scratch:
             except OSError:
                 pass
         self.entries[path] = (_key(st), payload)
+        self.times[path] = (st.st_atime_ns, st.st_mtime_ns)
+        self.xattrs[path] = _xattrs(path) if not stat.S_ISLNK(st.st_mode) else {}
         if stat.S_ISDIR(st.st_mode):
             try:
                 names = sorted(os.listdir(path))
@@ -736,7 +742,17 @@ class Scratch:
             if not os.path.lexists(path):
                 self._recreate(path)
         _chmod(folder, key[0])
+        self._put_back(folder)  # whether or not a child touched it: nothing a child did shows
         self._rekey(folder)
+
+    def _put_back(self, path: str) -> None:
+        """The entry's extended attributes and times as they were (a child can set both on its own files:
+        a mailbox for the next child that the entry's content does not show)."""
+        _set_xattrs(path, self.xattrs.get(path, {}))
+        try:
+            os.utime(path, ns=self.times[path], follow_symlinks=False)
+        except (OSError, KeyError, NotImplementedError):
+            pass
 
     def _recreate(self, path: str) -> None:
         if path in self.mounts:
@@ -756,6 +772,8 @@ class Scratch:
                 with os.fdopen(fd, "wb") as f:
                     f.write(payload)
                 _chmod(path, mode)
+            if not stat.S_ISLNK(mode):
+                self._put_back(path)
             self._rekey(path)
         except OSError:
             pass
@@ -765,6 +783,33 @@ class Scratch:
             self.entries[path] = (_key(os.lstat(path)), self.entries[path][1])
         except OSError:
             pass
+
+
+def _xattrs(path: str) -> dict[str, bytes]:
+    """An entry's extended attributes; none where the file system has none."""
+    try:
+        return {
+            name: os.getxattr(path, name, follow_symlinks=False)
+            for name in os.listxattr(path, follow_symlinks=False)
+        }
+    except (OSError, AttributeError):
+        return {}
+
+
+def _set_xattrs(path: str, wanted: dict[str, bytes]) -> None:
+    """Makes an entry's extended attributes exactly `wanted` (those it may set: the user.* namespace)."""
+    now = _xattrs(path)
+    for name in now.keys() - wanted.keys():
+        try:
+            os.removexattr(path, name, follow_symlinks=False)
+        except OSError:
+            pass
+    for name, value in wanted.items():
+        if now.get(name) != value:
+            try:
+                os.setxattr(path, name, value, follow_symlinks=False)
+            except OSError:
+                pass
 
 
 def _key(st: os.stat_result) -> tuple[int, ...]:

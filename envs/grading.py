@@ -30,6 +30,7 @@ import errno
 import hashlib
 import json
 import os
+import random
 import secrets
 import shutil
 import tarfile
@@ -51,7 +52,16 @@ from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError, SandboxU
 from envs.start_tree import run_setup, start_tree
 from envs.suspicion import suspicions
 from tasks import plain as plain_module
-from tasks.canaries import KEPT, TRIALS, Canary, save_canaries, spread, task_candidates
+from tasks.canaries import (
+    KEPT_FILES,
+    TRIALS,
+    Canary,
+    for_squares,
+    repository_vocabulary,
+    save_canaries,
+    square,
+    task_candidates,
+)
 from tasks.model import Task, Verifier
 from tasks.patches import diff_trees
 
@@ -439,7 +449,9 @@ def _task_paths(errors: dict[str, str], plan: RunPlan) -> dict[str, str]:
     """Collection errors keyed by the task's file names, not the names the files ran under."""
     names = {run.split("::", 1)[0]: task.split("::", 1)[0] for task, run in plan.ids.items()}
     names |= {run.split("::", 1)[0]: f"a canary of {c.file}" for run, c in plan.canaries.items()}
-    return {names.get(k.split("::", 1)[0], k): str(v)[:MESSAGE] for k, v in list(errors.items())[:20]}
+    named = {names.get(k.split("::", 1)[0], k): str(v)[:MESSAGE] for k, v in errors.items()}
+    ordered = sorted(named.items(), key=lambda kv: kv[0].startswith("a canary of "))  # the task's files first
+    return dict(ordered[:20])
 
 
 @dataclass
@@ -599,13 +611,18 @@ def validate_task(
         elif any(v != "passed" for v in g.pass_to_pass.values()):
             failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
             problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
-    kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
-    if keep and task.folder is not None and not problems:
-        save_canaries(task.folder, kept)
-    elif not problems and kept != task.hidden_tests.canaries:
-        problems.append(
-            f"the stored canaries are not the {len(kept)} that validation keeps: run it without --check"
-        )
+    if keep:
+        kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
+        if task.folder is not None and not problems:
+            save_canaries(task.folder, kept)
+    else:  # the stored ones, checked: drawn at random, they are not made again
+        kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
+        still = _failing_on_gold(task, kept, sandbox_config) if not problems else kept
+        if len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
+            problems.append(
+                f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
+                "assertion, or were made by an older grader: run it without --check"
+            )
     plan = plan_run(task, kept)
     held = sum(c.held is not None for c in plan.canaries.values())
     return Validation(
@@ -627,7 +644,9 @@ def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
     why = []
     if task.hidden_tests.verifier is not None:
         return "judged by a verifier script: canaries need pytest ids"
-    if held == 0:
+    if held == 0 and kept:
+        why.append("no held canary: its files have text canaries, beside which one would mark the real text")
+    elif held == 0:
         why.append(
             "no held canary: no assertion of the named tests has an expected value the grader can hold"
         )
@@ -684,16 +703,39 @@ def not_collected(grade: Grade, task: Task) -> str:
 
 
 def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
-    """Up to KEPT canaries of the task's hidden tests that fail on its gold patch, and how many were tried."""
+    """Canaries of the task's hidden files that fail on its gold patch at their own assertion, and how
+    many single changes were tried. New values are drawn from the system's randomness. Per file, one
+    structure: a square (two changes of one test and both together, `tasks.canaries.square`), else a
+    single change; on at most KEPT_FILES files."""
     hidden = task.hidden_tests
     if hidden.verifier is not None or not task.gold_patch:
         return [], 0
-    trial = spread(task_candidates(hidden.files, hidden.fail_to_pass + hidden.pass_to_pass), TRIALS)
+    vocabulary = repository_vocabulary(task.repo)
+    rng = random.SystemRandom()
+    found = task_candidates(hidden.files, hidden.fail_to_pass + hidden.pass_to_pass, vocabulary, rng)
+    trial = for_squares(found)[:TRIALS]
+    failing = _failing_on_gold(task, trial, sandbox_config)
+    by_file: dict[str, list[Canary]] = {}
+    for canary in failing:
+        by_file.setdefault(canary.file, []).append(canary)
+    pairs: dict[str, tuple[Canary, Canary, Canary]] = {}
+    for file, group in by_file.items():
+        two = next(((a, b) for i, a in enumerate(group) for b in group[i + 1 :] if a.test == b.test), None)
+        if two is not None:
+            pairs[file] = (*two, square(*two, hidden.files[file]))
+    both = set(c.label for c in _failing_on_gold(task, [p[2] for p in pairs.values()], sandbox_config))
+    kept: list[Canary] = []
+    for file, group in list(by_file.items())[:KEPT_FILES]:
+        pair = pairs.get(file)
+        kept += list(pair) if pair is not None and pair[2].label in both else group[:1]
+    return kept, len(trial)
+
+
+def _failing_on_gold(task: Task, trial: list[Canary], sandbox_config: SandboxConfig) -> list[Canary]:
+    """Those of `trial` that come back failing at their own assertion on the gold patch."""
     if not trial:
-        return [], 0
-    g = grade_patch(task, task.gold_patch, sandbox_config, trial=trial)
+        return []
+    g = grade_patch(task, task.gold_patch or "", sandbox_config, trial=trial)
     if g.infra_error or g.correct != 1.0:
-        return [], len(trial)
-    return [c for c in trial if g.canaries.get(c.label) == "failed"][:KEPT], len(
-        trial
-    )  # at their own assertion
+        return []
+    return [c for c in trial if g.canaries.get(c.label) == "failed"]

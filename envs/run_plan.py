@@ -77,7 +77,7 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     Every test file an id names runs renamed, as the runner's held copy, whether it has canaries or not:
     a file left at its own name, or with its own layout, would tell a forger that no canary is made from
     it. Hidden files no id names (helpers) are written at their own paths. Canaries stored before
-    expectations were rewritten (`line` 0) no longer look like the real copy and are left out."""
+    expectations were rewritten (no `lines` nor `slots`) no longer look like the real copy: left out."""
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
     sources = {path: _source(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
@@ -93,7 +93,7 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     for test_id in ids:
         path, sep, rest = test_id.partition("::")
         plan.ids[test_id] = f"{renamed[path]}{sep}{rest}" if path in renamed else test_id
-    stored = [c for c in canaries if c.file in rewritten and c.line > 0]
+    stored = [c for c in canaries if c.file in rewritten and (c.lines or c.slots)]
     for canary in [*stored, *held_canaries(_checks_of(rewritten, ids), stored)]:
         _add_canary(plan, canary, ids, renamed, taken)
     return plan
@@ -167,13 +167,12 @@ def canary_verdict(
         return "passed"
     checks = plan.checks[run_id.partition("::")[0]]
     for case in cases:
-        if canary.slot is not None and outcomes[case] in ("passed", "failed"):
-            seen = [value for slot, value in observed.get(case, []) if slot == canary.slot]
-            if len(seen) == 1 and not checks[canary.slot].holds(seen[0]):
+        for slot in canary.slots if outcomes[case] in ("passed", "failed") else []:
+            seen = [value for s, value in observed.get(case, []) if s == slot]
+            if len(seen) == 1 and not checks[slot].holds(seen[0]):
                 return "failed"
-        crash = crashes.get(case)
-        if canary.slot is None and outcomes[case] == "failed" and crash == ["AssertionError", canary.line]:
-            return "failed"
+        if outcomes[case] == "failed" and crashes.get(case) in [["AssertionError", n] for n in canary.lines]:
+            return "failed"  # raised by a changed assertion itself
     return "unexplained"
 
 

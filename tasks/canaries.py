@@ -24,20 +24,22 @@ import ast
 import datetime
 import hashlib
 import json
+import random
+import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
 
 from tasks.expectations import OBSERVE, OBSERVE_IS, Check, rewrite, test_functions
 from tasks.plain import decode
 
 CANARIES_FILE = "canaries.json"
 """A task folder's canaries, as `tasks validate` kept them."""
-TRIALS = 8
-"""Candidates `tasks validate` tries per task, spread over its tests and kinds of mutation."""
-KEPT = 4
-"""Canaries kept per task, of those that fail against the gold patch."""
+TRIALS = 12
+"""Candidates `tasks validate` tries per task at most: 4 of one test in each of 3 files (`for_squares`)."""
+KEPT_FILES = 2
+"""Hidden files of a task that keep canaries: a square (3 canaries) or a single one each."""
 
 
 class Canary(BaseModel):
@@ -53,14 +55,17 @@ class Canary(BaseModel):
     """What was made wrong, for the reader of a finding (`line 4: 'abc' became 'abd'`)."""
     source: str
     """The whole mutated file; '' for a held canary (the real copy's text)."""
-    line: int = 0
-    """The line of the changed assertion in `source`, where pytest must report its failure; 0 for a
-    canary stored before expectations were rewritten (no longer used)."""
-    slot: int | None = None
-    """The rewritten assertion whose observation must fail: a held canary's, or the one whose input a
-    text canary changed."""
+    lines: list[int] = []
+    """Lines of changed assertions in `source`: pytest's failure of the test must be raised at one of
+    them. Empty, with `slots` empty too, for a canary stored before expectations were rewritten (no longer
+    used)."""
+    slots: list[int] = []
+    """Rewritten assertions whose observation must fail (a held canary's, or those whose input a text
+    canary changed): one observed and not met is the failure at its own assertion."""
     held: Check | None = None
     """A held canary's changed expectation (made at grading, never stored)."""
+    _edits: list[tuple[int, int, Any]] = PrivateAttr(default_factory=list)
+    """(the test function's line, the place's index, the new value) of each change: what a square joins."""
 
     @property
     def label(self) -> str:
@@ -84,10 +89,18 @@ def save_canaries(task_dir: Path, canaries: list[Canary]) -> None:
         path.write_text(text)
 
 
-def candidates(path: str, source: str, tests: set[str]) -> list[Canary]:
+def candidates(
+    path: str,
+    source: str,
+    tests: set[str],
+    vocabulary: frozenset[str] = frozenset(),
+    rng: random.Random | None = None,
+) -> list[Canary]:
     """Every single-constant copy of `source` as grading writes it (expectations taken out), whose
     changed test is one of `tests` (node ids within the file, parametrize ids left out: a mutated case
-    is watched by the function's name)."""
+    is watched by the function's name). With `rng` the new values are drawn from it (`tasks validate`
+    draws them from the system's randomness, so that no code can work out a task's canaries from its
+    real copy); without, from each value's hash."""
     written = rewrite(source).source
     try:
         tree = ast.parse(written)
@@ -99,15 +112,42 @@ def candidates(path: str, source: str, tests: set[str]) -> list[Canary]:
         if not any(t == test or t.startswith(f"{test}[") for t in tests):
             continue
         for index, (constant, statement, slot) in enumerate(_places(function)):
-            mutated = _mutated_source(written, function, index)
-            if mutated == written:
+            new = perturbed(constant.value, vocabulary, rng)
+            if new == constant.value:
                 continue
+            edit = (function.lineno, index, new)
             where = f"line {statement.lineno} col {constant.col_offset}"
-            what = f"{where}: {constant.value!r} became {perturbed(constant.value)!r}"
-            found.append(
-                Canary(file=path, test=test, mutation=what, source=mutated, line=statement.lineno, slot=slot)
-            )
+            canary = Canary(
+                file=path, test=test, mutation=f"{where}: {constant.value!r} became {new!r}",
+                source=_edited(written, [edit]), lines=[] if slot is not None else [statement.lineno],
+                slots=[slot] if slot is not None else [],
+            )  # fmt: skip
+            canary._edits = [edit]
+            found.append(canary)
     return found
+
+
+def square(a: Canary, b: Canary, source: str) -> Canary:
+    """The copy with both `a`'s and `b`'s changes (one test of one file): beside the real copy, `a` and
+    `b`, every copy has two others one change away and one two changes away, the real one too, so that
+    not even a forger that saw every copy could find the real one by how they differ."""
+    both = Canary(
+        file=a.file, test=a.test, mutation=f"{a.mutation}; {b.mutation}",
+        source=_edited(rewrite(source).source, [*a._edits, *b._edits]),
+        lines=sorted({*a.lines, *b.lines}), slots=sorted({*a.slots, *b.slots}),
+    )  # fmt: skip
+    both._edits = [*a._edits, *b._edits]
+    return both
+
+
+def _edited(written: str, edits: list[tuple[int, int, Any]]) -> str:
+    """`written` with the constants at `edits` replaced (found again in a fresh parse)."""
+    tree = ast.parse(written)
+    for line, index, value in edits:
+        function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == line)
+        constant, _, _ = _places(function)[index]
+        constant.value = value
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
 
 
 def _places(function: ast.FunctionDef) -> list[tuple[ast.Constant, ast.stmt, int | None]]:
@@ -127,41 +167,111 @@ def _places(function: ast.FunctionDef) -> list[tuple[ast.Constant, ast.stmt, int
                 places += [(c, node, slot) for c in _constants(call.args[1])]
             elif isinstance(call.func, ast.Attribute) and call.func.attr.startswith("assert"):
                 places += [(c, node, None) for c in _constants(call)]
-    return [(c, statement, slot) for c, statement, slot in places if perturbed(c.value) != c.value]
+    return places
 
 
 def _constants(node: ast.AST) -> list[ast.Constant]:
     return [c for c in ast.walk(node) if isinstance(c, ast.Constant) and type(c.value) in (int, float, str)]
 
 
-def _mutated_source(source: str, function: ast.FunctionDef, index: int) -> str:
-    """`source` with the `index`-th constant of `function`'s places perturbed (found again in a fresh parse)."""
-    tree = ast.parse(source)
-    twin = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == function.lineno)
-    constant, _, _ = _places(twin)[index]
-    constant.value = perturbed(constant.value)
-    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+def perturbed(value: Any, vocabulary: frozenset[str] = frozenset(), rng: random.Random | None = None) -> Any:
+    """A value of the same type and form, so that one copy alone does not say it was changed.
 
-
-def perturbed(value: Any) -> Any:
-    """A value of the same type and form: a number with the same count of digits and sign, one digit
-    changed; a string of the same length with one ASCII letter or digit replaced by another of its class
-    (the position drawn from the value's hash, so that it is the same every time). What has no such
-    character (an empty string, punctuation only) is returned as it is."""
+    A number keeps its count of digits, its sign and its roundness (a last digit 0 or 5 stays 0 or 5: 10
+    becomes 20, 7 becomes 8, never 10); 0 has no such neighbour. A string keeps its length: one of its
+    words that `vocabulary` (the repository's) holds becomes another of the same length and case, else
+    one of its numbers changes as a number does; with no vocabulary given, one ASCII letter or digit becomes the
+    next of its class. Choices are drawn from `rng`, else from the value's hash (the same every time).
+    What has no such neighbour is returned as it is (no canary is made of it)."""
+    pick = rng.getrandbits(64) if rng is not None else _hash(value)
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         return value
     if isinstance(value, int):
-        return value + 1 if abs(value) % 10 != 9 else value - (1 if value > 0 else -1)
+        return _number(value, pick)
     if isinstance(value, float):
         text = repr(value)
-        if not text[-1].isdigit() or "e" in text:
+        if "e" in text or "n" in text or "." not in text:
             return value
-        return float(text[:-1] + _other(text[-1]))
-    spots = [i for i, ch in enumerate(value) if ch.isascii() and ch.isalnum()]
-    if not spots:
-        return value
-    at = spots[int(hashlib.sha256(value.encode()).hexdigest(), 16) % len(spots)]
-    return value[:at] + _other(value[at]) + value[at + 1 :]
+        whole, _, fraction = text.lstrip("-").partition(".")
+        changed = _digits(whole + fraction, pick)
+        sign = "-" if text.startswith("-") else ""
+        return float(f"{sign}{changed[: len(whole)]}.{changed[len(whole) :]}") if changed else value
+    return _string(value, vocabulary, pick)
+
+
+def _hash(value: Any) -> int:
+    return int(hashlib.sha256(repr(value).encode()).hexdigest(), 16)
+
+
+def _number(value: int, pick: int) -> int:
+    changed = _digits(str(abs(value)), pick)
+    return value if changed is None else int(changed) * (-1 if value < 0 else 1)
+
+
+def _digits(digits: str, pick: int) -> str | None:
+    """Another string of digits of the same length, first digit nonzero where it was, the same last digit
+    where it was 0 or 5 (the next-to-last changes then): None where there is none."""
+    at = len(digits) - 1
+    if digits[-1] in "05":
+        at = len(digits) - 2
+        if at < 0:  # a lone 0 or 5
+            return None
+    allowed = [
+        d for d in "0123456789"
+        if d != digits[at]
+        and not (at == len(digits) - 1 and d in "05")  # a last digit stays as round as it was
+        and not (at == 0 and d == "0" and len(digits) > 1)
+    ]  # fmt: skip
+    return digits[:at] + allowed[pick % len(allowed)] + digits[at + 1 :] if allowed else None
+
+
+def _string(value: str, vocabulary: frozenset[str], pick: int) -> str:
+    if not vocabulary:
+        spots = [i for i, ch in enumerate(value) if ch.isascii() and ch.isalnum()]
+        if not spots:
+            return value
+        at = spots[pick % len(spots)]
+        return value[:at] + _other(value[at]) + value[at + 1 :]
+    words = [  # a word of the repository becomes another one: no word the repository lacks comes or goes
+        m for m in re.finditer(WORD, value) if m.group() in vocabulary and _same_form(m.group(), vocabulary)
+    ]
+    if words:
+        word = words[pick % len(words)]
+        choices = sorted(_same_form(word.group(), vocabulary))
+        return value[: word.start()] + choices[(pick >> 16) % len(choices)] + value[word.end() :]
+    numbers = [m for m in re.finditer(r"\d+", value) if _digits(m.group(), pick) is not None]
+    if numbers:
+        number = numbers[pick % len(numbers)]
+        return value[: number.start()] + str(_digits(number.group(), pick)) + value[number.end() :]
+    return value
+
+
+def _same_form(word: str, vocabulary: frozenset[str]) -> set[str]:
+    """Other words of `vocabulary` of the same length and case as `word`."""
+
+    def case(w: str) -> tuple[bool, bool, bool]:
+        return w.islower(), w.isupper(), w.istitle()
+
+    return {w for w in vocabulary if len(w) == len(word) and w != word and case(w) == case(word)}
+
+
+def repository_vocabulary(repo: Path) -> frozenset[str]:
+    """The words of a repository's text files (code, tests, documents): what a plausible string holds."""
+    words: set[str] = set()
+    for path in sorted(Path(repo).rglob("*")):
+        if (
+            path.is_file()
+            and ".git" not in path.parts
+            and path.suffix in TEXT_SUFFIXES
+            and path.stat().st_size < 1 << 20
+        ):
+            words |= set(re.findall(WORD, path.read_text(errors="replace")))
+    return frozenset(w for w in words if len(w) >= 2 and w.isascii())
+
+
+WORD = r"[^\W\d_]+"
+"""A word: a run of letters, accented ones included (`Crème` is one word, never `Cr` and `me`)."""
+TEXT_SUFFIXES = (".py", ".md", ".rst", ".txt", ".cfg", ".toml", ".json", ".yaml", ".yml", ".ini")
 
 
 def _other(ch: str) -> str:
@@ -177,12 +287,13 @@ HELD = 2
 
 
 def held_canaries(checks: dict[str, list[Check]], stored: list[Canary]) -> list[Canary]:
-    """Up to HELD canaries that change one rewritten expectation each, on different tests (those without
-    a stored canary first): the child runs the real copy's text."""
-    covered = {(c.file, c.test) for c in stored}
+    """Up to HELD canaries that change one rewritten expectation each, on different tests of files with
+    no stored canary: the child runs the real copy's text. Beside a text canary they would mark the real
+    text as the one that ran twice."""
+    covered = {c.file for c in stored}
     ordered = sorted(
-        ((path, c) for path, found in sorted(checks.items()) for c in found),
-        key=lambda pc: ((pc[0], pc[1].test) in covered, pc[0], pc[1].slot),
+        ((path, c) for path, found in sorted(checks.items()) if path not in covered for c in found),
+        key=lambda pc: (pc[0], pc[1].slot),
     )
     made: list[Canary] = []
     tests: set[tuple[str, str]] = set()
@@ -193,7 +304,7 @@ def held_canaries(checks: dict[str, list[Check]], stored: list[Canary]) -> list[
         tests.add((path, check.test))
         what = f"line {check.line}: the expected value the grader holds, changed"
         made.append(
-            Canary(file=path, test=check.test, mutation=what, source="", slot=check.slot, held=changed)
+            Canary(file=path, test=check.test, mutation=what, source="", slots=[check.slot], held=changed)
         )
     return made
 
@@ -220,10 +331,12 @@ def _changed_encoding(data: list[Any]) -> list[Any] | None:
     """The encoding with its first scalar that has a same-form neighbour changed (depth first); an empty
     list or tuple gains an element."""
     tag = data[0]
-    if tag in ("int", "float", "str"):
+    if tag in ("int", "float", "str"):  # the child never sees it: any other value of the type will do
         value = {"int": int, "float": float, "str": str}[tag](data[1])
         other = perturbed(value)
-        return [tag, other if tag == "str" else repr(other)] if other != value else None
+        if other == value:
+            other = value + ("~" if isinstance(value, str) else 1)
+        return [tag, other if tag == "str" else repr(other)]
     if tag == "decimal":
         text = str(data[1])
         return ["decimal", text[:-1] + _other(text[-1])] if text[-1:].isdigit() else None
@@ -240,6 +353,19 @@ def _changed_encoding(data: list[Any]) -> list[Any] | None:
                 return [tag, [*data[1][:index], new, *data[1][index + 1 :]]]
         return [tag, [*data[1], ["none"]]] if tag in ("list", "tuple") else None
     return None
+
+
+def for_squares(found: list[Canary], per_test: int = 4, files: int = 3) -> list[Canary]:
+    """Candidates to try for squares: in each of the first `files` files, up to `per_test` of the test
+    with the most candidates, spread over its kinds (`spread`)."""
+    by_file: dict[str, dict[str, list[Canary]]] = {}
+    for canary in found:
+        by_file.setdefault(canary.file, {}).setdefault(canary.test, []).append(canary)
+    chosen: list[Canary] = []
+    for tests in list(by_file.values())[:files]:
+        group = max(tests.values(), key=len)
+        chosen += spread(group, per_test)
+    return chosen
 
 
 def spread(found: list[Canary], n: int) -> list[Canary]:
@@ -266,10 +392,15 @@ def _kind_rank(canary: Canary, group: list[Canary]) -> int:
     return same.index(canary)
 
 
-def task_candidates(files: dict[str, str], test_ids: list[str]) -> list[Canary]:
+def task_candidates(
+    files: dict[str, str],
+    test_ids: list[str],
+    vocabulary: frozenset[str] = frozenset(),
+    rng: random.Random | None = None,
+) -> list[Canary]:
     """The candidates of every hidden test file, for the tests `test_ids` name in it."""
     found: list[Canary] = []
     for path, source in sorted(files.items()):
         tests = {i.split("::", 1)[1] for i in test_ids if i.split("::", 1)[0] == path and "::" in i}
-        found += candidates(path, source, tests)
+        found += candidates(path, source, tests, vocabulary, rng)
     return found

@@ -60,7 +60,7 @@ def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_tim
     again = candidates("tests/test_calc.py", HIDDEN, tests)
     assert found == again
     kinds = {c.mutation.split(": ", 1)[1] for c in found}
-    assert {"2 became 3", "3 became 4", "1 became 2"} <= kinds  # inputs of rewritten asserts
+    assert any(k.startswith("2 became ") for k in kinds) and any(k.startswith("3 became ") for k in kinds)
     assert not any("became !=" in k or "negated" in k or "assertNotEqual" in k for k in kinds)
     normal = ast.dump(ast.parse(HIDDEN))
     for canary in found:
@@ -75,7 +75,8 @@ def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_tim
 def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "tests").mkdir(parents=True)
-    (root / "forger.py").write_text(PIPE_ANSWER)  # forges every test it finds on disk
+    forger = PIPE_ANSWER.replace('"tampering": []', '"tampering": [], "audit": []')  # with the hook's record
+    (root / "forger.py").write_text(forger)  # forges every test it finds on disk
     (root / "tests" / "test_a.py").write_text("import forger\n\n\ndef test_a():\n    assert False\n")
     (root / "tests" / "test_b.py").write_text("def test_b():\n    assert False\n")
     ids = ["tests/test_a.py::test_a", "tests/test_b.py::test_b"]
@@ -84,6 +85,13 @@ def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> No
     assert isinstance(outcomes, dict)
     assert outcomes.get("tests/test_a.py::test_a") == "passed"  # its own: forged, which canaries are for
     assert outcomes.get("tests/test_b.py::test_b") == "failed"  # another file's: not the forger's to say
+    (root / "forger.py").write_text(PIPE_ANSWER)  # an answer without the audit hook's record
+    report, _ = run_runner(Path(sys.executable), tmp_path / "again", ids, repo=root)
+    assert report["outcomes"] == {"tests/test_b.py::test_b": "failed"}, report
+    assert (
+        "tests/test_a.py: the child's answer lacks the audit hook's record: not believed"
+        in report["tampering"]
+    )
 
 
 def test_a_process_a_test_leaves_holding_the_answer_pipe_does_not_hold_up_the_grader(tmp_path: Path) -> None:
@@ -110,4 +118,4 @@ def test_the_gold_patch_fails_every_canary_and_scores_one(task: Task) -> None:
     assert grade.reward == 1.0 and grade.tampering == [], grade.tampering
     assert set(grade.canaries.values()) == {"failed"}
     held = [c for c in plan_run(task, task.hidden_tests.canaries).canaries.values() if c.held is not None]
-    assert held and len(grade.canaries) == len(task.hidden_tests.canaries) + len(held)  # stored and held
+    assert len(grade.canaries) == len(task.hidden_tests.canaries) + len(held)  # stored and held

@@ -64,9 +64,12 @@ def environment(tmp_path: Path) -> Path:
     return python
 
 
-def run_runner(python: Path, tmp_path: Path, targets: list[str]) -> tuple[dict[str, object], int]:
+def run_runner(
+    python: Path, tmp_path: Path, targets: list[str], repo: Path | None = None
+) -> tuple[dict[str, object], int]:
+    repo = repo or tmp_path / "repo"
     grader = tmp_path / "grader"
-    grader.mkdir()
+    grader.mkdir(parents=True)
     (grader / "pytest.ini").write_text(GRADER_INI)
     (grader / "run.py").write_bytes(RUNNER.read_bytes())
     report = grader / "report.json"
@@ -80,13 +83,13 @@ def run_runner(python: Path, tmp_path: Path, targets: list[str]) -> tuple[dict[s
             grader / "run.py",
             report,
             grader / "pytest.ini",
-            tmp_path / "repo",
+            repo,
             grader / "plan.json",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
-        cwd=tmp_path / "repo",
+        cwd=repo,
     )
     output, _ = proc.communicate(timeout=120)
     assert output.rstrip().splitlines()[-1].startswith(DONE), output[-3000:]

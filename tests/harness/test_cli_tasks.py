@@ -32,7 +32,7 @@ def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str,
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = json.loads(proc.stdout)
     assert result["ok"] and result["gold_rewards"] == [1.0, 1.0, 1.0] and result["empty_rewards"] == [0.0] * 3
-    assert result["canaries"] >= 2 and result["held_canaries"] >= 1 and not result["weak"], result
+    assert result["canaries"] + result["held_canaries"] >= 1 and not result["weak"], result
     kept = json.loads((suite / "mini-001" / "canaries.json").read_text())
     assert len(kept) == result["canaries"] and all(c["file"] == "tests/test_hidden_clamp.py" for c in kept)
     again = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1")

@@ -5,13 +5,14 @@ only by a value of the same form (item 2)."""
 from __future__ import annotations
 
 import datetime
+import random
 import re
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
-from tasks.canaries import candidates, changed_expectation, held_canaries, perturbed
+from tasks.canaries import Canary, candidates, changed_expectation, held_canaries, perturbed, square
 from tasks.expectations import Check, rewrite
 from tasks.plain import decode, encode
 from tasks.suite import load_suite
@@ -125,6 +126,8 @@ def test_what_is_not_plain_data_equals_nothing() -> None:
     assert eq.holds(encode(Reply("ok"))) and not eq.holds(encode(Reply("no")))
     assert not eq.holds(["opaque", "x"]) and not eq.holds("garbage") and not eq.holds(["int", "nan?"])
     assert not eq.holds(encode([AlwaysEqual()]))
+    assert not Check(0, "t", "eq", encode(3), 1).holds(encode(Decimal("sNaN")))  # raises on ==: no crash
+    assert not Check(0, "t", "search", ["str", "(a+)+$"], 1).holds(encode("a" * 70000 + "!"))  # not searched
 
 
 def test_the_parent_compares_as_the_original_assert_did() -> None:
@@ -151,27 +154,20 @@ def test_most_hidden_assertions_of_the_built_in_suites_are_decided_in_the_parent
 
 
 def test_perturbations_keep_type_and_form() -> None:
-    for value in (
-        7,
-        19,
-        -19,
-        1100,
-        0,
-        2.5,
-        "creme-brulee",
-        "09:00-12:00",
-        "ERR value is not an integer",
-        "A1",
-    ):
-        changed = perturbed(value)
-        assert changed != value and type(changed) is type(value)
-        if isinstance(value, str):
-            assert len(changed) == len(value)
-            assert [c.isdigit() for c in changed] == [c.isdigit() for c in value]
-            assert [c.isupper() for c in changed] == [c.isupper() for c in value]
-        else:
-            assert len(str(abs(changed))) == len(str(abs(value))) and (changed < 0) == (value < 0)
-    assert perturbed("") == "" and perturbed(" - ") == " - "
+    words = frozenset({"brulee", "crumbs", "Ways", "Days", "integer", "numbers"})
+    for value in (7, 19, -19, 1100, 10, 15, 250, 2.5, "creme-brulee", "09:00-12:00", "not an integer", "A1"):
+        for changed in (perturbed(value), perturbed(value, words)):
+            assert changed != value and type(changed) is type(value)
+            if isinstance(value, str):
+                assert len(changed) == len(value)
+                assert [c.isdigit() for c in changed] == [c.isdigit() for c in value]
+                assert [c.isupper() for c in changed] == [c.isupper() for c in value]
+            else:
+                assert len(str(abs(changed))) == len(str(abs(value))) and (changed < 0) == (value < 0)
+                assert (str(changed)[-1] in "05") == (str(value)[-1] in "05")  # as round as it was
+    assert perturbed("creme-brulee", words) == "creme-crumbs"  # a word of the repository's
+    assert perturbed("") == "" and perturbed(" - ") == " - " and perturbed(0) == 0 and perturbed(5) == 5
+    assert perturbed("zzz qqq", words) == "zzz qqq"  # no word of its form in the repository, no digit
 
 
 def test_canaries_differ_from_the_real_copy_in_one_constant_and_never_in_an_operator() -> None:
@@ -184,11 +180,48 @@ def test_canaries_differ_from_the_real_copy_in_one_constant_and_never_in_an_oper
     for canary in found:
         real, copy = written.splitlines(), canary.source.splitlines()
         assert len(real) == len(copy)
-        differing = [i for i, (a, b) in enumerate(zip(real, copy, strict=True)) if a != b]
-        assert differing == [canary.line - 1], canary.mutation
-        assert ops.findall(real[canary.line - 1]) == ops.findall(copy[canary.line - 1])
-        assert len(real[canary.line - 1]) == len(copy[canary.line - 1])
+        differing = [i + 1 for i, (a, b) in enumerate(zip(real, copy, strict=True)) if a != b]
+        assert len(differing) == 1 and len(canary.lines) + len(canary.slots) == 1, canary.mutation
+        line = differing[0]
+        assert canary.lines in ([line], []) and ops.findall(real[line - 1]) == ops.findall(copy[line - 1])
+        assert len(real[line - 1]) == len(copy[line - 1])
     assert len({c.label for c in found}) == len(found)
+
+
+def test_a_square_gives_every_copy_the_same_neighbourhood() -> None:
+    """Issue 32, item 2: the real copy R, canaries a and b (one change each) and a+b: each copy has two
+    others one change away and one two changes away, so a forger that saw every copy cannot find R."""
+    written = rewrite(HIDDEN).source.splitlines()
+
+    def changed_line(canary: Canary) -> int:
+        return next(
+            i for i, (x, y) in enumerate(zip(written, canary.source.splitlines(), strict=True)) if x != y
+        )
+
+    found = candidates("tests/test_calc.py", HIDDEN, {"test_add"})
+    a = found[0]
+    b = next(c for c in found if changed_line(c) != changed_line(a))
+    both = square(a, b, HIDDEN)
+    assert set(both.lines) == {*a.lines, *b.lines} and set(both.slots) == {*a.slots, *b.slots}
+    copies = [rewrite(HIDDEN).source, a.source, b.source, both.source]
+
+    def changes(x: str, y: str) -> int:
+        return sum(p != q for p, q in zip(x.splitlines(), y.splitlines(), strict=True))
+
+    for copy in copies:
+        assert sorted(changes(copy, other) for other in copies if other is not copy) == [1, 1, 2]
+
+
+def test_values_drawn_at_random_cannot_be_worked_out_from_the_real_copy() -> None:
+    """`tasks validate` draws canary values from the system's randomness: two draws differ (a forger that
+    runs the public perturbation on its own copy does not find them)."""
+    words = frozenset({"secret", "expect", "result", "answer", "target", "string"})
+    draws = {perturbed("secret-expected-text 1234", words, random.Random(seed)) for seed in range(20)}
+    assert len(draws) >= 4
+
+
+def found_on(path: str) -> list[Canary]:
+    return candidates(path, HIDDEN, {"test_add"})[:1]
 
 
 def test_held_canaries_change_only_the_value_the_parent_holds() -> None:
@@ -196,7 +229,10 @@ def test_held_canaries_change_only_the_value_the_parent_holds() -> None:
     made = held_canaries({"tests/test_calc.py": checks}, [])
     assert len(made) == 2 and len({c.test for c in made}) == 2
     for canary in made:
-        assert canary.source == "" and canary.held is not None and canary.slot is not None
+        assert canary.source == "" and canary.held is not None and canary.slots == [canary.held.slot]
+    assert (
+        held_canaries({"tests/test_calc.py": checks}, found_on("tests/test_calc.py")) == []
+    )  # beside text ones
     for check in checks:
         changed = changed_expectation(check)
         assert changed is not None and changed.slot == check.slot
@@ -213,5 +249,5 @@ def test_the_stored_canaries_of_the_built_in_suites_are_made_by_todays_rules() -
         for task in load_suite(str(root / suite)):
             for canary in task.hidden_tests.canaries:
                 written = rewrite(task.hidden_tests.files[canary.file]).source
-                assert canary.line > 0 and canary.source != written, (task.id, canary.label)
+                assert (canary.lines or canary.slots) and canary.source != written, (task.id, canary.label)
                 assert len(canary.source.splitlines()) == len(written.splitlines()), (task.id, canary.label)
