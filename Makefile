@@ -45,6 +45,7 @@ bench: setup image
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/sandbox.py; sandbox=$$?; $(BIN)/python benchmarks/learner.py; learner=$$?; \
 	  $(BIN)/python benchmarks/rollout_throughput.py; rollouts=$$?; \
+	  $(BIN)/python benchmarks/canary_distinguisher.py; \
 	  $(BIN)/python benchmarks/synth.py && [ $$sandbox -eq 0 ] && [ $$learner -eq 0 ] && [ $$rollouts -eq 0 ]
 
 demo: setup image

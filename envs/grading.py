@@ -46,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, judge_tree
 from envs.lifecycle import close_later
-from envs.reward import RewardConfig, Simplicity, reward, simplicity
+from envs.reward import WEIGHTS, RewardConfig, Simplicity, reward, simplicity
 from envs.run_plan import RunPlan, canary_verdict, plan_run, scored
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError, SandboxUnusable
 from envs.start_tree import run_setup, start_tree
@@ -56,7 +56,7 @@ from tasks.canaries import (
     KEPT_FILES,
     TRIALS,
     Canary,
-    for_squares,
+    per_test,
     repository_vocabulary,
     save_canaries,
     square,
@@ -362,9 +362,21 @@ def _grade_in(
 
 def _static_terms(task: Task, judged: Judged, reward_config: RewardConfig) -> tuple[Simplicity, list[str]]:
     """What the graded diff itself decides: the simplicity term and the static suspicions (host CPU, a
-    tenth of a grade on Docker, done while the sandbox runs the tests)."""
-    judged_simplicity = simplicity(judged.patch, task.gold_patch, judged.before, judged.after, reward_config)
-    return judged_simplicity, suspicions(judged.before, judged.after)
+    tenth of a grade on Docker, done while the sandbox runs the tests). A diff the terms cannot read (a
+    file nested past what a parser can walk) is charged the whole penalty and named, never an exception
+    out of grading: what the agent's tree causes is the agent's."""
+    try:
+        judged_simplicity = simplicity(
+            judged.patch, task.gold_patch, judged.before, judged.after, reward_config
+        )
+        return judged_simplicity, suspicions(judged.before, judged.after)
+    except Exception as e:
+        parts = dict.fromkeys(WEIGHTS, 1.0)
+        unread = Simplicity(
+            changed_lines=0, gold_changed_lines=None, extra_files=[], debug_lines=[], commented_code_lines=[],
+            new_warnings=[], parts=parts, penalty=1.0,
+        )  # fmt: skip
+        return unread, [f"the graded diff could not be analysed ({type(e).__name__})"]
 
 
 MESSAGE = 300
@@ -414,7 +426,7 @@ def _run_tests(
     tampering, not_collected = read.tampering, read.collect_errors
     outcomes = {run_id: scored(run_id, plan, read.outcomes, read.observed) for run_id in plan.ids.values()}
     canaries = {
-        c.label: canary_verdict(run_id, plan, read.outcomes, read.observed, read.crashes)
+        c.label: canary_verdict(run_id, plan, read.outcomes, read.observed, read.crashes, outcomes)
         for run_id, c in plan.canaries.items()
     }
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.fail_to_pass}
@@ -425,7 +437,7 @@ def _run_tests(
             "a test a child cannot tell from its canary was answered selectively or forged"
             for run_id, c in plan.canaries.items()
             if canaries[c.label] != "failed"
-            and all(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
+            and any(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
         ]
     if tampering:
         f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
@@ -703,31 +715,34 @@ def not_collected(grade: Grade, task: Task) -> str:
 
 
 def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
-    """Canaries of the task's hidden files that fail on its gold patch at their own assertion, and how
-    many single changes were tried. New values are drawn from the system's randomness. Per file, one
-    structure: a square (two changes of one test and both together, `tasks.canaries.square`), else a
-    single change; on at most KEPT_FILES files."""
+    """Canaries of the task's hidden files that fail on its gold patch at their own assertions, and how
+    many single changes were tried. New values are drawn from the system's randomness. Per file, the
+    tests with a single change that fails on the gold patch are joined into a square
+    (`tasks.canaries.square`): A changes every one of them, B a second constant of those that have one,
+    AB both; a square that does not fail whole on the gold patch falls back to A alone."""
     hidden = task.hidden_tests
     if hidden.verifier is not None or not task.gold_patch:
         return [], 0
     vocabulary = repository_vocabulary(task.repo)
-    rng = random.SystemRandom()
-    found = task_candidates(hidden.files, hidden.fail_to_pass + hidden.pass_to_pass, vocabulary, rng)
-    trial = for_squares(found)[:TRIALS]
-    failing = _failing_on_gold(task, trial, sandbox_config)
-    by_file: dict[str, list[Canary]] = {}
-    for canary in failing:
-        by_file.setdefault(canary.file, []).append(canary)
-    pairs: dict[str, tuple[Canary, Canary, Canary]] = {}
-    for file, group in by_file.items():
-        two = next(((a, b) for i, a in enumerate(group) for b in group[i + 1 :] if a.test == b.test), None)
-        if two is not None:
-            pairs[file] = (*two, square(*two, hidden.files[file]))
-    both = set(c.label for c in _failing_on_gold(task, [p[2] for p in pairs.values()], sandbox_config))
+    found = task_candidates(
+        hidden.files, hidden.fail_to_pass + hidden.pass_to_pass, vocabulary, random.SystemRandom()
+    )
+    trial = per_test(found, most=TRIALS)
+    by_test: dict[tuple[str, str], list[Canary]] = {}
+    for canary in _failing_on_gold(task, trial, sandbox_config):
+        by_test.setdefault((canary.file, canary.test), []).append(canary)
+    squares: dict[str, list[Canary]] = {}
+    for file in dict.fromkeys(f for f, _ in by_test):
+        groups = [g for (f, _), g in by_test.items() if f == file]
+        squares[file] = square(
+            [g[0] for g in groups], [g[1] for g in groups if len(g) > 1], hidden.files[file]
+        )
+    made = [c for found_square in squares.values() for c in found_square]
+    failing = {c.label for c in _failing_on_gold(task, made, sandbox_config)}
     kept: list[Canary] = []
-    for file, group in list(by_file.items())[:KEPT_FILES]:
-        pair = pairs.get(file)
-        kept += list(pair) if pair is not None and pair[2].label in both else group[:1]
+    for made_square in list(squares.values())[:KEPT_FILES]:
+        whole = all(c.label in failing for c in made_square)
+        kept += made_square if whole else [c for c in made_square[:1] if c.label in failing]
     return kept, len(trial)
 
 

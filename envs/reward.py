@@ -127,9 +127,11 @@ def static_warnings(source: str, filename: str) -> list[str]:
     """pyflakes' warnings of the kinds we count, as 'Kind: message' strings (line numbers dropped)."""
     try:
         tree = ast.parse(source, filename=filename)
+        found = pyflakes_checker.Checker(tree, filename=filename)
     except SyntaxError as e:
         return [f"SyntaxError: {e.msg}"]
-    found = pyflakes_checker.Checker(tree, filename=filename)
+    except (ValueError, RecursionError, MemoryError) as e:  # nested past what a parser can walk
+        return [f"Unreadable: {type(e).__name__}"]
     out = []
     for msg in found.messages:
         kind = type(msg).__name__

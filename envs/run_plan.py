@@ -109,7 +109,7 @@ def _add_canary(
     plan: RunPlan, canary: Canary, ids: list[str], renamed: dict[str, str], taken: set[str]
 ) -> None:
     name = fresh_name(canary.file, taken)
-    run_id = f"{name}::{canary.test}"
+    run_id = f"{name}::{canary.test}"  # the canary's label; its verdict reads every test it changed
     real = renamed[canary.file]
     plan.held[name] = canary.source or plan.held[real]
     checks = dict(plan.checks[real])
@@ -154,26 +154,40 @@ def canary_verdict(
     outcomes: dict[str, str],
     observed: dict[str, list[list[Any]]],
     crashes: dict[str, Any],
+    real: dict[str, str],
 ) -> str:
-    """`failed` only when the canary came back failing at its own assertion: its changed expectation
-    observed and not met (a held or rewritten one), or pytest's failure raised by the changed `assert`
-    itself. Else `passed` (it held: outcomes were forged) or `unexplained` (missing, crashed, stopped, or
-    failed anywhere else), neither of which an honest fix gives."""
+    """`failed` when every test the canary changed came back failing at its own assertion, wherever the
+    real copy of that test passed (`real`: the scored outcomes of the real copies): a changed expectation
+    observed and not met, or pytest's failure raised by a changed `assert` itself. Else `passed` (every
+    test held: outcomes were forged) or `unexplained` (missing, crashed, stopped, or failed anywhere
+    else), neither of which an honest fix gives."""
     canary = plan.canaries[run_id]
-    cases = plan.watched[run_id][0]
-    if not cases or any(c not in outcomes for c in cases):
-        return "unexplained"
-    if all(scored(c, plan, outcomes, observed) == "passed" for c in cases):
+    cases, reals = plan.watched[run_id]
+    if cases and all(scored(c, plan, outcomes, observed) == "passed" for c in cases):
         return "passed"
     checks = plan.checks[run_id.partition("::")[0]]
-    for case in cases:
-        for slot in canary.slots if outcomes[case] in ("passed", "failed") else []:
-            seen = [value for s, value in observed.get(case, []) if s == slot]
-            if len(seen) == 1 and not checks[slot].holds(seen[0]):
-                return "failed"
-        if outcomes[case] == "failed" and crashes.get(case) in [["AssertionError", n] for n in canary.lines]:
-            return "failed"  # raised by a changed assertion itself
-    return "unexplained"
+    for case, real_id in zip(cases, reals, strict=True):
+        if real.get(real_id) == "passed" and not _explicit(case, canary, checks, outcomes, observed, crashes):
+            return "unexplained"
+    return "failed"
+
+
+def _explicit(
+    case: str,
+    canary: Canary,
+    checks: dict[int, Check],
+    outcomes: dict[str, str],
+    observed: dict[str, list[list[Any]]],
+    crashes: dict[str, Any],
+) -> bool:
+    """Whether the canary's `case` failed at one of the canary's own assertions."""
+    if outcomes.get(case) not in ("passed", "failed"):
+        return False
+    for slot in canary.slots:
+        seen = [value for s, value in observed.get(case, []) if s == slot]
+        if len(seen) == 1 and not checks[slot].holds(seen[0]):
+            return True
+    return outcomes[case] == "failed" and crashes.get(case) in [["AssertionError", n] for n in canary.lines]
 
 
 def _source(task: Task, path: str) -> str | None:
@@ -188,9 +202,9 @@ def _source(task: Task, path: str) -> str | None:
 
 
 def _of(test_id: str, canary: Canary) -> bool:
-    """Whether the task's `test_id` is the canary's test or one of its parametrized cases."""
+    """Whether the task's `test_id` is one of the canary's tests or one of their parametrized cases."""
     path, _, rest = test_id.partition("::")
-    return path == canary.file and (rest == canary.test or rest.startswith(f"{canary.test}["))
+    return path == canary.file and any(rest == t or rest.startswith(f"{t}[") for t in canary.tests)
 
 
 def verdict(ids: list[str], outcomes: dict[str, str]) -> str:

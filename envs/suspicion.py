@@ -47,8 +47,14 @@ def suspicions(before: dict[str, str], after: dict[str, str]) -> list[str]:
 def _constructs(source: str) -> list[str]:
     try:
         tree = ast.parse(source)
+        return _walked(tree)
     except (SyntaxError, ValueError):
         return []
+    except (RecursionError, MemoryError):  # nested deeper than a reader can follow: nothing to clear it
+        return ["code nested too deeply to be read"]
+
+
+def _walked(tree: ast.AST) -> list[str]:
     found: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):

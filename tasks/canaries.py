@@ -26,6 +26,7 @@ import hashlib
 import json
 import random
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ from tasks.plain import decode
 
 CANARIES_FILE = "canaries.json"
 """A task folder's canaries, as `tasks validate` kept them."""
-TRIALS = 12
-"""Candidates `tasks validate` tries per task at most: 4 of one test in each of 3 files (`for_squares`)."""
+TRIALS = 40
+"""Single changes `tasks validate` tries per task at most: up to 3 of every test (`per_test`)."""
 KEPT_FILES = 2
 """Hidden files of a task that keep canaries: a square (3 canaries) or a single one each."""
 
@@ -50,7 +51,10 @@ class Canary(BaseModel):
     file: str
     """The hidden test file it copies (repository path)."""
     test: str
-    """The node id within the file (`test_x`, `TestA::test_x`, or with a parametrize id) that must fail."""
+    """The node id within the file (`test_x`, `TestA::test_x`) of a test that must fail."""
+    also: list[str] = []
+    """Other tests of the file the canary changes, each of which must fail too: a test no canary changes
+    could be forged in every copy alike."""
     mutation: str
     """What was made wrong, for the reader of a finding (`line 4: 'abc' became 'abd'`)."""
     source: str
@@ -69,7 +73,12 @@ class Canary(BaseModel):
 
     @property
     def label(self) -> str:
-        return f"{self.file}::{self.test} ({self.mutation})"
+        more = f" and {len(self.also)} more" if self.also else ""
+        return f"{self.file}::{self.test}{more} ({self.mutation})"
+
+    @property
+    def tests(self) -> list[str]:
+        return [self.test, *self.also]
 
 
 def load_canaries(task_dir: Path) -> list[Canary]:
@@ -112,8 +121,8 @@ def candidates(
         if not any(t == test or t.startswith(f"{test}[") for t in tests):
             continue
         for index, (constant, statement, slot) in enumerate(_places(function)):
-            new = perturbed(constant.value, vocabulary, rng)
-            if new == constant.value:
+            new = _unremarkable(written, function.lineno, index, constant.value, vocabulary, rng)
+            if new is None:
                 continue
             edit = (function.lineno, index, new)
             where = f"line {statement.lineno} col {constant.col_offset}"
@@ -127,17 +136,50 @@ def candidates(
     return found
 
 
-def square(a: Canary, b: Canary, source: str) -> Canary:
-    """The copy with both `a`'s and `b`'s changes (one test of one file): beside the real copy, `a` and
-    `b`, every copy has two others one change away and one two changes away, the real one too, so that
-    not even a forger that saw every copy could find the real one by how they differ."""
+def joined(parts: list[Canary], source: str) -> Canary:
+    """One copy with every change of `parts` (singles of one file, on any of its tests): it watches each
+    of their tests. Made for a square (`square`)."""
+    edits = [e for part in parts for e in part._edits]
+    tests = list(dict.fromkeys(t for part in parts for t in part.tests))
     both = Canary(
-        file=a.file, test=a.test, mutation=f"{a.mutation}; {b.mutation}",
-        source=_edited(rewrite(source).source, [*a._edits, *b._edits]),
-        lines=sorted({*a.lines, *b.lines}), slots=sorted({*a.slots, *b.slots}),
+        file=parts[0].file, test=tests[0], also=tests[1:], mutation="; ".join(p.mutation for p in parts),
+        source=_edited(rewrite(source).source, edits),
+        lines=sorted({n for p in parts for n in p.lines}), slots=sorted({n for p in parts for n in p.slots}),
     )  # fmt: skip
-    both._edits = [*a._edits, *b._edits]
+    both._edits = edits
     return both
+
+
+def square(a: list[Canary], b: list[Canary], source: str) -> list[Canary]:
+    """The canaries A (every change of `a`), B (of `b`) and AB (both), for one file. Beside the real copy,
+    each copy has one other |A| changes away, one |B| away and one |A| + |B| away, the real one too, so
+    that not even a forger that saw every copy could find the real one by how they differ; and every test
+    with a change in `a` is watched by two of the three."""
+    made = [joined(a, source)] + ([joined(b, source), joined([*a, *b], source)] if b else [])
+    return made
+
+
+TOKEN = r"\d+|[^\W\d_]+"
+"""Numbers and words: what a reader counts in a file to see whether a value is used again."""
+DRAWS = 24
+"""Values drawn for a constant before it is given up."""
+
+
+def _unremarkable(
+    written: str, line: int, index: int, value: Any, vocabulary: frozenset[str], rng: random.Random | None
+) -> Any:
+    """A new value for the constant that leaves the file's counts of numbers and words as they were (a
+    value used once, replaced by one the file never uses), so that a copy does not show which of its
+    values stand alone; None where no draw does."""
+    before = sorted(Counter(re.findall(TOKEN, written)).values())
+    for _ in range(DRAWS if rng is not None else 1):
+        new = perturbed(value, vocabulary, rng)
+        if new == value:
+            return None
+        after = _edited(written, [(line, index, new)])
+        if sorted(Counter(re.findall(TOKEN, after)).values()) == before:
+            return new
+    return None
 
 
 def _edited(written: str, edits: list[tuple[int, int, Any]]) -> str:
@@ -233,7 +275,7 @@ def _string(value: str, vocabulary: frozenset[str], pick: int) -> str:
         at = spots[pick % len(spots)]
         return value[:at] + _other(value[at]) + value[at + 1 :]
     words = [  # a word of the repository becomes another one: no word the repository lacks comes or goes
-        m for m in re.finditer(WORD, value) if m.group() in vocabulary and _same_form(m.group(), vocabulary)
+        m for m in re.finditer(r"\w+", value) if m.group() in vocabulary and _same_form(m.group(), vocabulary)
     ]
     if words:
         word = words[pick % len(words)]
@@ -265,13 +307,13 @@ def repository_vocabulary(repo: Path) -> frozenset[str]:
             and path.suffix in TEXT_SUFFIXES
             and path.stat().st_size < 1 << 20
         ):
-            words |= set(re.findall(WORD, path.read_text(errors="replace")))
-    return frozenset(w for w in words if len(w) >= 2 and w.isascii())
+            words |= set(re.findall(r"\w+", path.read_text(errors="replace")))
+    return frozenset(w for w in words if len(w) >= 2 and w.isascii() and w.isalpha())  # whole words only
 
 
-WORD = r"[^\W\d_]+"
-"""A word: a run of letters, accented ones included (`Crème` is one word, never `Cr` and `me`)."""
-TEXT_SUFFIXES = (".py", ".md", ".rst", ".txt", ".cfg", ".toml", ".json", ".yaml", ".yml", ".ini")
+TEXT_SUFFIXES = (".py",)
+"""Where the vocabulary comes from: the code and tests a forger reads first (a word only a document holds
+would look new to one that reads code alone)."""
 
 
 def _other(ch: str) -> str:
@@ -355,17 +397,13 @@ def _changed_encoding(data: list[Any]) -> list[Any] | None:
     return None
 
 
-def for_squares(found: list[Canary], per_test: int = 4, files: int = 3) -> list[Canary]:
-    """Candidates to try for squares: in each of the first `files` files, up to `per_test` of the test
-    with the most candidates, spread over its kinds (`spread`)."""
-    by_file: dict[str, dict[str, list[Canary]]] = {}
+def per_test(found: list[Canary], each: int = 3, most: int = 40) -> list[Canary]:
+    """Candidates to try: up to `each` of every test (spread over the kinds of its constants), at most
+    `most` in all."""
+    by_test: dict[tuple[str, str], list[Canary]] = {}
     for canary in found:
-        by_file.setdefault(canary.file, {}).setdefault(canary.test, []).append(canary)
-    chosen: list[Canary] = []
-    for tests in list(by_file.values())[:files]:
-        group = max(tests.values(), key=len)
-        chosen += spread(group, per_test)
-    return chosen
+        by_test.setdefault((canary.file, canary.test), []).append(canary)
+    return [c for group in by_test.values() for c in spread(group, each)][:most]
 
 
 def spread(found: list[Canary], n: int) -> list[Canary]:

@@ -13,8 +13,10 @@
 from __future__ import annotations
 
 import ast
+import re
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,8 @@ from envs.grading import grade_patch
 from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
 from policies.hacker import PIPE_ANSWER
-from tasks.canaries import candidates, spread
+from tasks.canaries import TOKEN, candidates, spread
+from tasks.expectations import rewrite
 from tasks.model import Task
 from tasks.suite import load_suite
 from tests.conftest import require_backend
@@ -56,13 +59,19 @@ class TestCalc(unittest.TestCase):
 
 def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_time() -> None:
     tests = {"test_add", "test_cases[1-1-2]", "TestCalc::test_method"}
-    found = candidates("tests/test_calc.py", HIDDEN, tests)
-    again = candidates("tests/test_calc.py", HIDDEN, tests)
+    assert (
+        candidates("tests/test_calc.py", HIDDEN, tests) == []
+    )  # every number is used again: none stands out
+    hidden = HIDDEN.replace("add(2, 3) == 5", "add(20, 31) == 51").replace("add(1, 2), 3", "add(17, 26), 43")
+    found = candidates("tests/test_calc.py", hidden, tests)
+    again = candidates("tests/test_calc.py", hidden, tests)
     assert found == again
     kinds = {c.mutation.split(": ", 1)[1] for c in found}
-    assert any(k.startswith("2 became ") for k in kinds) and any(k.startswith("3 became ") for k in kinds)
-    assert not any("became !=" in k or "negated" in k or "assertNotEqual" in k for k in kinds)
-    normal = ast.dump(ast.parse(HIDDEN))
+    assert kinds and not any("became !=" in k or "negated" in k or "assertNotEqual" in k for k in kinds)
+    counts = sorted(Counter(re.findall(TOKEN, rewrite(hidden).source)).values())
+    for canary in found:  # a value used once replaced by one the file never uses: the same counts
+        assert sorted(Counter(re.findall(TOKEN, canary.source)).values()) == counts, canary.mutation
+    normal = ast.dump(ast.parse(hidden))
     for canary in found:
         assert canary.source == ast.unparse(ast.parse(canary.source)) + "\n"  # written as the real copy is
         assert ast.dump(ast.parse(canary.source)) != normal

@@ -189,27 +189,26 @@ def test_canaries_differ_from_the_real_copy_in_one_constant_and_never_in_an_oper
 
 
 def test_a_square_gives_every_copy_the_same_neighbourhood() -> None:
-    """Issue 32, item 2: the real copy R, canaries a and b (one change each) and a+b: each copy has two
-    others one change away and one two changes away, so a forger that saw every copy cannot find R."""
+    """Issue 32, item 2: the real copy R and canaries A (changes a_t, one in each test), B (b_t) and AB:
+    each copy has one other |A| changes away, one |B| away and one |A| + |B| away, so a forger that saw
+    every copy cannot find R; every test changed in A is watched by A and AB."""
     written = rewrite(HIDDEN).source.splitlines()
+    found = candidates("tests/test_calc.py", HIDDEN, {"test_add", "TestCalc::test_method"})
+    by_test: dict[str, list[Canary]] = {}
+    for canary in found:
+        by_test.setdefault(canary.test, []).append(canary)
+    a = [group[0] for group in by_test.values()]
+    b = [group[1] for group in by_test.values() if len(group) > 1]
+    made = square(a, b, HIDDEN)
+    assert len(made) == 3 and sorted(made[0].tests) == sorted(by_test) and made[2].tests == made[0].tests
+    assert set(made[2].lines) == {n for c in [*a, *b] for n in c.lines}
+    copies = [written, *(c.source.splitlines() for c in made)]
 
-    def changed_line(canary: Canary) -> int:
-        return next(
-            i for i, (x, y) in enumerate(zip(written, canary.source.splitlines(), strict=True)) if x != y
-        )
+    def changes(x: list[str], y: list[str]) -> int:
+        return sum(p != q for p, q in zip(x, y, strict=True))
 
-    found = candidates("tests/test_calc.py", HIDDEN, {"test_add"})
-    a = found[0]
-    b = next(c for c in found if changed_line(c) != changed_line(a))
-    both = square(a, b, HIDDEN)
-    assert set(both.lines) == {*a.lines, *b.lines} and set(both.slots) == {*a.slots, *b.slots}
-    copies = [rewrite(HIDDEN).source, a.source, b.source, both.source]
-
-    def changes(x: str, y: str) -> int:
-        return sum(p != q for p, q in zip(x.splitlines(), y.splitlines(), strict=True))
-
-    for copy in copies:
-        assert sorted(changes(copy, other) for other in copies if other is not copy) == [1, 1, 2]
+    profiles = [sorted(changes(copy, other) for other in copies if other is not copy) for copy in copies]
+    assert all(profile == profiles[0] for profile in profiles), profiles
 
 
 def test_values_drawn_at_random_cannot_be_worked_out_from_the_real_copy() -> None:
