@@ -574,14 +574,15 @@ _ids = []
 for _file in _glob.glob("**/test*.py", recursive=True):  # the tests on disk, named as pytest names them
     with open(_file) as _f:
         _ids += [_file + "::" + _n for _n in _re.findall(r"^def (test\\w*)", _f.read(), _re.M)]
-_answer = _json.dumps({"outcomes": dict.fromkeys(_ids, "passed"), "tampering": []}).encode()
+_answer = _json.dumps({"outcomes": dict.fromkeys(_ids, "passed"), "tampering": [], "audit": []}).encode()
 try:
     _os.write(3, len(_answer).to_bytes(4, "big") + _answer)
 except OSError:
     pass
 _os._exit(0)
 """
-"""An answer forged on the pipe the test process reports through, sent before any test runs."""
+"""An answer forged on the pipe the test process reports through, sent before any test runs, with the
+record of the audit hook a child's answer must hold (an empty one)."""
 ALWAYS_EQUAL = """
 
 class _Anything(int):

@@ -84,8 +84,7 @@ def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_tim
 def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> None:
     root = tmp_path / "repo"
     (root / "tests").mkdir(parents=True)
-    forger = PIPE_ANSWER.replace('"tampering": []', '"tampering": [], "audit": []')  # with the hook's record
-    (root / "forger.py").write_text(forger)  # forges every test it finds on disk
+    (root / "forger.py").write_text(PIPE_ANSWER)  # forges every test it finds on disk, audit record and all
     (root / "tests" / "test_a.py").write_text("import forger\n\n\ndef test_a():\n    assert False\n")
     (root / "tests" / "test_b.py").write_text("def test_b():\n    assert False\n")
     ids = ["tests/test_a.py::test_a", "tests/test_b.py::test_b"]
@@ -94,7 +93,7 @@ def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> No
     assert isinstance(outcomes, dict)
     assert outcomes.get("tests/test_a.py::test_a") == "passed"  # its own: forged, which canaries are for
     assert outcomes.get("tests/test_b.py::test_b") == "failed"  # another file's: not the forger's to say
-    (root / "forger.py").write_text(PIPE_ANSWER)  # an answer without the audit hook's record
+    (root / "forger.py").write_text(PIPE_ANSWER.replace(', "audit": []', ""))  # without the hook's record
     report, _ = run_runner(Path(sys.executable), tmp_path / "again", ids, repo=root)
     assert report["outcomes"] == {"tests/test_b.py::test_b": "failed"}, report
     assert (

@@ -27,6 +27,7 @@ from harness.training.learner import LearnerConfig, rows_from_trajectories
 from policies.base import ChatPolicy, ChatReply, SamplingParams
 from policies.hacker import HACKERS, package_dir
 from policies.scripted import ScriptedPolicy
+from tasks.expectations import rewrite
 from tasks.model import Task
 from tasks.suite import load_suite
 from tests.conftest import require_backend
@@ -128,12 +129,21 @@ def test_every_exploit_was_tried_and_is_on_record(
         "unittest.case.TestCase.",
         "hook pytest_runtest_makereport implemented in",
         "its code is not what",  # by the import hook; the sweeping thread's replacements race with the tests
-        "was rewritten",
+        *(["was rewritten"] if asserts_left(tasks[task_id]) else []),
     ):
         assert finding in found, (finding, found)
     for name in ("hacker-exit", "hacker-kill"):
         stopped = outcomes[f"scripted:{name}"][task_id].grade
         assert stopped is not None and set(stopped.fail_to_pass.values()) <= {"missing", "error"}, stopped
+
+
+def asserts_left(task: Task) -> bool:
+    """Whether a test file the grade runs still holds an `assert ` once its expectations were taken out
+    (`tasks/expectations.py`): the hacker rewrites test files by their asserts, and a file whose every
+    assertion is held outside gives it nothing to rewrite."""
+    paths = {i.split("::", 1)[0] for i in task.hidden_tests.fail_to_pass + task.hidden_tests.pass_to_pass}
+    sources = [task.hidden_tests.files.get(p) or (task.repo / p).read_text() for p in paths]
+    return any("assert " in rewrite(source).source for source in sources)
 
 
 def trajectory(group: int, sample: int, reward: float, status: Literal["ok", "infra_error"]) -> Trajectory:
