@@ -24,6 +24,8 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
+from tasks.expectations import dotted as _dotted
+
 SUSPECT_MODULES = frozenset({"gc", "inspect", "ctypes", "atexit", "pytest", "_pytest", "pluggy", "unittest"})
 HOOKS = frozenset(
     {
@@ -75,14 +77,6 @@ def _walked(tree: ast.AST) -> list[str]:
         ):
             found.append(f"an {node.name} that returns a constant")
     return found
-
-
-def _dotted(node: ast.expr) -> str:
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
-    return "?"
 
 
 def _written(target: ast.expr) -> str | None:

@@ -138,7 +138,7 @@ def _is_assertion(node: ast.AST) -> bool:
         return True
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
         return node.func.attr.startswith("assert") or (
-            node.func.attr == "raises" and _dotted(node.func) == "pytest.raises"
+            node.func.attr == "raises" and dotted(node.func) == "pytest.raises"
         )
     return False
 
@@ -239,7 +239,7 @@ def _raises(statement: ast.With, slot: int, test: str) -> tuple[list[ast.stmt], 
         return None
     item = statement.items[0]
     call = item.context_expr
-    if not (isinstance(call, ast.Call) and _dotted(call.func) == "pytest.raises" and len(call.args) == 1):
+    if not (isinstance(call, ast.Call) and dotted(call.func) == "pytest.raises" and len(call.args) == 1):
         return None
     match = [k for k in call.keywords if k.arg == "match"]
     if len(call.keywords) != 1 or len(match) != 1:
@@ -283,11 +283,12 @@ def _import_observers(tree: ast.Module) -> None:
     tree.body.insert(at, ast.ImportFrom(module=MODULE, names=names, level=0))
 
 
-def _dotted(node: ast.expr) -> str:
+def dotted(node: ast.expr) -> str:
+    """`a.b.c` of a name or an attribute chain; `?` where a part is anything else."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
+        return f"{dotted(node.value)}.{node.attr}"
     return "?"
 
 
@@ -331,7 +332,7 @@ def _literal(node: ast.expr, names: dict[str, Any]) -> Any:
 
 
 def _constructed(node: ast.Call, names: dict[str, Any]) -> Any:
-    kind = names.get(_dotted(node.func))
+    kind = names.get(dotted(node.func))
     if (
         kind is None
         or any(isinstance(a, ast.Starred) for a in node.args)
