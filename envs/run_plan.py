@@ -205,14 +205,3 @@ def _of(test_id: str, canary: Canary) -> bool:
     """Whether the task's `test_id` is one of the canary's tests or one of their parametrized cases."""
     path, _, rest = test_id.partition("::")
     return path == canary.file and any(rest == t or rest.startswith(f"{t}[") for t in canary.tests)
-
-
-def verdict(ids: list[str], outcomes: dict[str, str]) -> str:
-    """`passed` when each of `ids` passed, `missing` when one was not reported, else `failed`.
-
-    Read exactly as the score reads a test (one outcome per id), never by prefix: with a prefix, a
-    forger that reports a failing "case" `ID[x]` beside each test made every canary look failed while
-    the score read the real tests as passed (0.94 on a built-in task)."""
-    if not ids or any(i not in outcomes for i in ids):
-        return "missing"
-    return "passed" if all(outcomes[i] == "passed" for i in ids) else "failed"

@@ -47,7 +47,6 @@ CONSTRUCTORS: dict[tuple[str, str], Any] = {
     ("datetime", "timedelta"): datetime.timedelta,
 }
 """The standard library's value types an expected value may be built with (module, name) -> type."""
-SINGLETONS = {"None": None, "True": True, "False": False}
 MAX_SEARCHED = 1 << 16
 """Characters of an exception's message a pattern is searched in, at most: the search runs on the host."""
 UNITTEST_EQUAL = ("assertEqual", "assertEquals")
