@@ -76,37 +76,70 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
 
     Every test file an id names runs renamed, as the runner's held copy, whether it has canaries or not:
     a file left at its own name, or with its own layout, would tell a forger that no canary is made from
-    it. Hidden files no id names (helpers) are written at their own paths. Canaries stored before
-    expectations were rewritten (no `lines` nor `slots`) no longer look like the real copy: left out."""
+    it. Hidden files no id names (helpers) are written at their own paths. A stored canary whose tree
+    differs from the real copy's in more than constants (made under other rewriting rules, or for a
+    table this task's ids make the grader leave as it was) would stand out: left out."""
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
     sources = {path: _source(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
     plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in sources})
     taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
-    rewritten = {path: rewrite(source) for path, source in sorted(sources.items()) if source is not None}
+    rewritten = {path: _rewritten(source, path, ids) for path, source in sorted(sources.items()) if source}
     renamed = {path: fresh_name(path, taken) for path in rewritten}
     for path, name in renamed.items():
         plan.held[name] = normalized(rewritten[path].source)
         plan.checks[name] = {c.slot: c for c in rewritten[path].checks}
-        plan.decided += len(rewritten[path].checks)
+        plan.decided += rewritten[path].decided
         plan.assertions += rewritten[path].assertions
+    nodes = {}  # the task's id -> (its file, its node id in the file as written for the run)
     for test_id in ids:
         path, sep, rest = test_id.partition("::")
-        plan.ids[test_id] = f"{renamed[path]}{sep}{rest}" if path in renamed else test_id
-    stored = [c for c in canaries if c.file in rewritten and (c.lines or c.slots)]
-    for canary in [*stored, *held_canaries(_checks_of(rewritten, ids), stored)]:
-        _add_canary(plan, canary, ids, renamed, taken)
+        node = rewritten[path].cases.get(rest, rest) if path in rewritten else rest
+        nodes[test_id] = (path, node)
+        plan.ids[test_id] = f"{renamed[path]}{sep}{node}" if path in renamed else test_id
+    shapes = {path: _shape(r.source) for path, r in rewritten.items()}
+    stored = [
+        c
+        for c in canaries
+        if c.file in rewritten and (c.lines or c.slots) and _shape(c.source) == shapes[c.file]
+    ]
+    for canary in [*stored, *held_canaries(_checks_of(rewritten, nodes), stored)]:
+        _add_canary(plan, canary, list(nodes.values()), renamed, taken)
     return plan
 
 
-def _checks_of(rewritten: dict[str, Rewritten], ids: list[str]) -> dict[str, list[Check]]:
-    """Each file's checks of the tests the task's ids name."""
-    tests = {(i.partition("::")[0], _test_of(i.partition("::")[2])) for i in ids}
-    return {path: [c for c in r.checks if (path, c.test) in tests] for path, r in rewritten.items()}
+def _rewritten(source: str, path: str, ids: list[str]) -> Rewritten:
+    """The file as its child runs it; with its parametrize tables as they were when an id of the task
+    names a case of a rewritten table that pytest's rules do not give (a hook that makes ids, say)."""
+    made = rewrite(source)
+    tables = {_test_of(node) for node in made.cases}
+    named = [i.partition("::")[2] for i in ids if i.partition("::")[0] == path]
+    if any(_test_of(n) in tables and n not in made.cases for n in named):
+        return rewrite(source, parametrize=False)
+    return made
+
+
+def _shape(source: str) -> str:
+    """The file's syntax tree with every constant reduced to its type: the same for a text canary and
+    the real copy it was made from, which differ in constants only."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return ""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant):
+            node.value = type(node.value).__name__
+    return ast.dump(tree)
+
+
+def _checks_of(rewritten: dict[str, Rewritten], nodes: dict[str, tuple[str, str]]) -> dict[str, list[Check]]:
+    """Each file's checks of the tests (or the cases) the task's ids name."""
+    named = set(nodes.values()) | {(path, _test_of(node)) for path, node in nodes.values()}
+    return {path: [c for c in r.checks if (path, c.test) in named] for path, r in rewritten.items()}
 
 
 def _add_canary(
-    plan: RunPlan, canary: Canary, ids: list[str], renamed: dict[str, str], taken: set[str]
+    plan: RunPlan, canary: Canary, nodes: list[tuple[str, str]], renamed: dict[str, str], taken: set[str]
 ) -> None:
     name = fresh_name(canary.file, taken)
     run_id = f"{name}::{canary.test}"  # the canary's label; its verdict reads every test it changed
@@ -117,7 +150,7 @@ def _add_canary(
         checks[canary.held.slot] = canary.held
     plan.checks[name] = checks
     plan.canaries[run_id] = canary
-    cases = [i.partition("::")[2] for i in ids if _of(i, canary)]
+    cases = [node for path, node in nodes if path == canary.file and _of(node, canary)]
     plan.watched[run_id] = ([f"{name}::{c}" for c in cases], [f"{real}::{c}" for c in cases])
 
 
@@ -140,10 +173,11 @@ def scored(run_id: str, plan: RunPlan, outcomes: dict[str, str], observed: dict[
 def _observations_hold(run_id: str, checks: dict[int, Check], observed: dict[str, list[list[Any]]]) -> bool:
     seen = observed.get(run_id, [])
     slots = [entry[0] for entry in seen]
-    test = _test_of(run_id.partition("::")[2])
-    if any(type(s) is not int or s not in checks for s in slots):
+    node = run_id.partition("::")[2]
+    own = (node, _test_of(node))  # a check of the function, or of this one case of its table
+    if any(type(s) is not int or s not in checks or checks[s].test not in own for s in slots):
         return False
-    if any(slots.count(c.slot) != 1 for c in checks.values() if c.test == test):
+    if any(slots.count(c.slot) != 1 for c in checks.values() if c.test in own):
         return False
     return all(checks[slot].holds(value) for slot, value in seen)
 
@@ -201,7 +235,6 @@ def _source(task: Task, path: str) -> str | None:
         return None
 
 
-def _of(test_id: str, canary: Canary) -> bool:
-    """Whether the task's `test_id` is one of the canary's tests or one of their parametrized cases."""
-    path, _, rest = test_id.partition("::")
-    return path == canary.file and any(rest == t or rest.startswith(f"{t}[") for t in canary.tests)
+def _of(node: str, canary: Canary) -> bool:
+    """Whether `node` (of the canary's file) is one of the canary's tests or one of their cases."""
+    return any(node == t or node.startswith(f"{t}[") for t in canary.tests)

@@ -10,6 +10,13 @@ passes) is rewritten when its expected side does not depend on the code under te
 - `with pytest.raises(E, match=PATTERN) [as NAME]:` loses its pattern, and `_harness_observe(SLOT,
   str(NAME.value))` follows the block: the parent searches the pattern in the message, as pytest does.
 
+A parametrized test (`@pytest.mark.parametrize` alone on the function, with a literal table) loses the
+columns that only its expected side reads: `assert f(text) == Decimal(expected)` becomes
+`_harness_observe(SLOT + _harness_case, f(text))`, the table keeps its other columns and gains the
+case's index, and each case gets ids `0`, `1`, ... (pytest's own ids would spell the expected values).
+The parent holds one expectation per case (`Check.test` is `test_f[K]`) and maps the task's ids, which
+pytest made from the values, to the new ones (`Rewritten.cases`).
+
 EXPECTED is a literal: constants, displays of literals, and `Decimal`, `Fraction`, `date`, `datetime`,
 `time`, `timedelta` called on literals (named by the file's own imports of the standard library, names
 it binds nowhere else). The file keeps no trace of the value: code that reads the calling frame, the
@@ -24,16 +31,22 @@ object with its own `__eq__`) with it as the test does.
 from __future__ import annotations
 
 import ast
+import copy
 import datetime
 import decimal
 import fractions
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tasks.plain import decode, encode
 
 OBSERVE = "_harness_observe"
+CASE = "_harness_case"
+"""The column a rewritten parametrize table gains: the case's index, which picks its slot."""
+MAX_ID_TEXT = 100
+"""A string longer than this gets an id pytest's versions make differently: its table is left alone."""
 OBSERVE_IS = "_harness_observe_is"
 RAISED = "_harness_raised"
 MODULE = "harness_expect"
@@ -92,29 +105,43 @@ class Rewritten:
     checks: list[Check] = field(default_factory=list)
     assertions: int = 0
     """Assertions in its test functions, rewritten or not: the share decided in the parent is
-    `len(checks) / assertions`."""
+    `decided / assertions`."""
+    cases: dict[str, str] = field(default_factory=dict)
+    """Node id within the file of each case of a rewritten parametrize table, as pytest names it from
+    the original (`test_f[1-2-3]`, `TestA::test_f[x]`) -> as the rewritten file names it (`test_f[0]`)."""
+
+    @property
+    def decided(self) -> int:
+        """Assertions taken out of the file (a table's one assertion holds a check per case)."""
+        return len({(c.test.split("[")[0], c.line) for c in self.checks})
 
 
-def rewrite(source: str) -> Rewritten:
+def rewrite(source: str, parametrize: bool = True) -> Rewritten:
     """`source` with its literal expectations taken out (see the module docstring); unchanged, and no
-    checks, when it does not parse."""
+    checks, when it does not parse. `parametrize=False` leaves parametrize tables as they are (for a
+    task whose ids name cases otherwise than pytest's rules say)."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return Rewritten(source)
     names = _constructor_names(tree)
     found: list[Check] = []
+    cases: dict[str, str] = {}
     assertions = 0
+    marked = _marked_classes(tree)
     for owner, function in test_functions(tree):
         test = f"{owner}::{function.name}" if owner else function.name
         assertions += sum(_is_assertion(n) for n in ast.walk(function))
         if any(isinstance(n, ast.Return | ast.Yield | ast.YieldFrom) for n in ast.walk(function)):
             continue  # a statement at the top of its body may not run although the test passes
+        table = _table(function) if parametrize and owner not in marked else None
+        if table is not None:
+            cases.update(_rewrite_cases(function, table, test, names, found))
         function.body = _rewrite_body(function.body, test, names, found)
     if not found:
         return Rewritten(ast.unparse(tree) + "\n", [], assertions)
     _import_observers(tree)
-    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions)
+    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, cases)
 
 
 def test_functions(tree: ast.Module) -> list[tuple[str, ast.FunctionDef]]:
@@ -259,6 +286,239 @@ def _raises(statement: ast.With, slot: int, test: str) -> tuple[list[ast.stmt], 
     message = ast.Call(func=ast.Name(id="str", ctx=ast.Load()), args=[_attribute(name, "value")], keywords=[])
     check = Check(slot, test, "search", ["str", pattern.value], statement.lineno)
     return [statement, _call(OBSERVE, slot, message)], check
+
+
+@dataclass
+class Table:
+    """A test function's one `@pytest.mark.parametrize(NAMES, ROWS[, ids=IDS])` with a literal table."""
+
+    decorator: ast.Call
+    names: list[str]
+    rows: list[list[ast.expr]]
+    ids: list[str]
+    """Each case's id as pytest makes it from the original table (or the explicit `ids`)."""
+
+
+def _marked_classes(tree: ast.Module) -> set[str]:
+    """Classes (and '' for the module) whose tests a parametrize mark outside the function reaches: a
+    class decorator or a `pytestmark` assignment. Their tables are left alone (ids would combine)."""
+    marked: set[str] = set()
+    scopes: list[tuple[str, list[ast.stmt]]] = [("", tree.body)]
+    scopes += [(n.name, n.body) for n in tree.body if isinstance(n, ast.ClassDef)]
+    for name, body in scopes:
+        for node in body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in targets):
+                marked.add(name)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any(
+            "parametrize" in ast.unparse(d) for d in node.decorator_list
+        ):
+            marked.add(node.name)
+    return marked | ({n.name for n in tree.body if isinstance(n, ast.ClassDef)} if "" in marked else set())
+
+
+def _table(function: ast.FunctionDef) -> Table | None:
+    """The function's parametrize table when it is its only one, literal enough to name each case as
+    pytest does: names as a string or a list of strings, rows as a list of tuples (a list of values for
+    one name), ids explicit strings or made from values (`_pytest_id`)."""
+    marks = [d for d in function.decorator_list if "parametrize" in ast.unparse(d)]
+    if len(marks) != 1 or not isinstance(call := marks[0], ast.Call):
+        return None
+    if dotted(call.func) != "pytest.mark.parametrize" or len(call.args) != 2 or function.args.defaults:
+        return None
+    if any(k.arg != "ids" for k in call.keywords):
+        return None
+    names = _argnames(call.args[0])
+    rows = _rows(call.args[1], len(names)) if names else None
+    if not names or not rows:
+        return None
+    ids = _explicit_ids(call.keywords[0].value, len(rows)) if call.keywords else _pytest_ids(names, rows)
+    if ids is None or len(set(ids)) != len(ids):
+        return None  # pytest would add counters, which its versions make differently
+    return Table(call, names, rows, ids)
+
+
+def _argnames(node: ast.expr) -> list[str]:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        names = [n.strip() for n in node.value.split(",") if n.strip()]
+    elif isinstance(node, ast.List | ast.Tuple) and all(
+        isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts
+    ):
+        names = [str(e.value) for e in node.elts if isinstance(e, ast.Constant)]
+    else:
+        return []
+    return names if all(n.isidentifier() for n in names) and len(set(names)) == len(names) else []
+
+
+def _rows(node: ast.expr, width: int) -> list[list[ast.expr]] | None:
+    if not isinstance(node, ast.List | ast.Tuple) or not node.elts:
+        return None
+    if width == 1:
+        return [[e] for e in node.elts] if not any(isinstance(e, ast.Starred) for e in node.elts) else None
+    rows = []
+    for element in node.elts:
+        if not isinstance(element, ast.Tuple | ast.List) or len(element.elts) != width:
+            return None
+        if any(isinstance(e, ast.Starred) for e in element.elts):
+            return None
+        rows.append(list(element.elts))
+    return rows
+
+
+def _explicit_ids(node: ast.expr, count: int) -> list[str] | None:
+    if not isinstance(node, ast.List | ast.Tuple) or len(node.elts) != count:
+        return None
+    ids = [e.value for e in node.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)]
+    return [_escaped(i) for i in ids] if len(ids) == count else None
+
+
+def _pytest_ids(names: list[str], rows: list[list[ast.expr]]) -> list[str] | None:
+    """pytest's ids of a table of literals: a string ASCII-escaped, a number, bool or None as `str`,
+    anything else (a tuple, a Decimal) as the argument's name and the case's index."""
+    ids = []
+    for index, row in enumerate(rows):
+        parts = []
+        for name, node in zip(names, row, strict=True):
+            value = literal(node, {})
+            if value is NOT_LITERAL and not isinstance(node, ast.Call | ast.List | ast.Tuple | ast.Dict):
+                return None  # a name: a class, function or enum would be named by what it holds
+            if isinstance(value, str | bytes):
+                if len(value) > MAX_ID_TEXT:
+                    return None
+                parts.append(_escaped(value))
+            elif value is None or type(value) in (int, float, bool, complex):
+                parts.append(str(value))
+            else:
+                parts.append(f"{name}{index}")
+        ids.append("-".join(parts))
+    return ids
+
+
+def _escaped(value: str | bytes) -> str:
+    """pytest's `ascii_escaped`: non-ASCII and unprintable characters as backslash escapes."""
+    if isinstance(value, bytes):
+        text = value.decode("ascii", "backslashreplace")
+    else:
+        text = value.encode("unicode_escape").decode("ascii")
+    table = {i: f"\\x{i:02x}" for i in range(128) if i not in range(32, 127)}
+    table.update({ord("\t"): "\\t", ord("\r"): "\\r", ord("\n"): "\\n"})
+    return text.translate(table)
+
+
+def _rewrite_cases(
+    function: ast.FunctionDef, table: Table, test: str, names: dict[str, Any], found: list[Check]
+) -> dict[str, str]:
+    """Takes out of `function` and its table the columns only an expectation reads; returns the cases'
+    original node ids -> new ones (none when no column was taken out)."""
+    held: set[str] = set()
+    body: list[ast.stmt] = []
+    for statement in function.body:
+        made = _case_statement(statement, function, table, test, names, found, held)
+        body.append(made if made is not None else statement)
+    if not held:
+        return {}
+    function.body = body
+    keep = [i for i, n in enumerate(table.names) if n not in held]
+    columns: list[ast.expr] = [ast.Constant(table.names[i]) for i in keep]
+    table.decorator.args = [
+        ast.Tuple(elts=[*columns, ast.Constant(CASE)], ctx=ast.Load()),
+        ast.List(
+            elts=[
+                ast.Tuple(elts=[row[i] for i in keep] + [ast.Constant(k)], ctx=ast.Load())
+                for k, row in enumerate(table.rows)
+            ],
+            ctx=ast.Load(),
+        ),
+    ]
+    ids = ast.List(elts=[ast.Constant(str(k)) for k in range(len(table.rows))], ctx=ast.Load())
+    table.decorator.keywords = [ast.keyword(arg="ids", value=ids)]
+    function.args.args = [a for a in function.args.args if a.arg not in held] + [ast.arg(arg=CASE)]
+    return {f"{test}[{original}]": f"{test}[{k}]" for k, original in enumerate(table.ids)}
+
+
+def _case_statement(
+    statement: ast.stmt,
+    function: ast.FunctionDef,
+    table: Table,
+    test: str,
+    names: dict[str, Any],
+    found: list[Check],
+    held: set[str],
+) -> ast.stmt | None:
+    """`_harness_observe(BASE + _harness_case, ACTUAL)` for an equality whose one side reads only table
+    columns that nothing else in the function reads, with a check per case; None otherwise."""
+    sides = _equality_sides(statement)
+    if sides is None:
+        return None
+    columns = set(table.names) - {a.arg for a in function.args.kwonlyargs}
+    arguments = {a.arg for a in function.args.args}
+    reads = Counter(n.id for s in function.body for n in ast.walk(s) if isinstance(n, ast.Name))
+    for actual, expected in (sides, sides[::-1]):
+        used = [n.id for n in ast.walk(expected) if isinstance(n, ast.Name) and n.id in columns]
+        own = Counter(used)
+        if not used or any(reads[n] != own[n] or n not in arguments or n in held for n in own):
+            continue
+        encodings = _case_encodings(expected, table, names)
+        if encodings is None:
+            continue
+        base = len(found)
+        line = statement.lineno
+        found += [Check(base + k, f"{test}[{k}]", "eq", e, line) for k, e in enumerate(encodings)]
+        held.update(own)
+        slot = ast.BinOp(left=ast.Constant(base), op=ast.Add(), right=ast.Name(id=CASE, ctx=ast.Load()))
+        call = ast.Call(func=ast.Name(id=OBSERVE, ctx=ast.Load()), args=[slot, actual], keywords=[])
+        return ast.Expr(value=call)
+    return None
+
+
+def _equality_sides(statement: ast.stmt) -> tuple[ast.expr, ast.expr] | None:
+    """The two sides of `assert A == B` or `self.assertEqual(A, B[, msg])`."""
+    if isinstance(statement, ast.Assert):
+        test = statement.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            return test.left, test.comparators[0]
+        return None
+    if not (isinstance(statement, ast.Expr) and isinstance(call := statement.value, ast.Call)):
+        return None
+    func = call.func
+    if (
+        isinstance(func, ast.Attribute)
+        and func.attr in UNITTEST_EQUAL
+        and dotted(func.value) == "self"
+        and not call.keywords
+        and len(call.args) in (2, 3)
+        and not any(isinstance(a, ast.Starred) for a in call.args)
+    ):
+        return call.args[0], call.args[1]
+    return None
+
+
+def _case_encodings(expected: ast.expr, table: Table, names: dict[str, Any]) -> list[list[Any]] | None:
+    """The expected side's value in each case (its columns replaced by the case's literals), encoded."""
+    encodings = []
+    for row in table.rows:
+        values = dict(zip(table.names, row, strict=True))
+        substituted = _Substitute(values).visit(copy.deepcopy(expected))
+        value = literal(substituted, names)
+        if value is NOT_LITERAL:
+            return None
+        encoded = encode(value)
+        if encoded[0] == "opaque":
+            return None
+        encodings.append(encoded)
+    return encodings
+
+
+class _Substitute(ast.NodeTransformer):
+    """Replaces names by expressions (a copy of each)."""
+
+    def __init__(self, values: dict[str, ast.expr]) -> None:
+        self.values = values
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        value = self.values.get(node.id)
+        return copy.deepcopy(value) if value is not None else node
 
 
 def _attribute(name: str, attr: str) -> ast.expr:
