@@ -808,3 +808,56 @@ FORGERS: dict[str, Forger] = {
     "answers-only-what-is-not-a-canary": Forger(SELECTIVE_EXIT, "canaries"),
 }
 """The in-process forgers of issue 15's red team, by class (tests/faults/test_forgers.py)."""
+
+
+def packed(code: str) -> str:
+    """`code` as one line that decodes and runs it: what a line-counting simplicity term charges as one."""
+    return f"exec(bytes.fromhex({code.encode().hex()!r}).decode())\n"
+
+
+ROOT_MARK = "{root}"
+"""Stands for the folder a task's packages live in (`src/` or the repository's root) in a tree forger's
+paths."""
+
+
+class TreeForger(NamedTuple):
+    """A forger made of files beside a tail appended to the module the tests import (issue 32's items 4-6,
+    which a tail alone cannot play)."""
+
+    files: dict[str, str]
+    """Repository path (`{root}` for the packages' folder) -> text."""
+    tail: str
+    item: int
+    """The item of issue 32 that stops it."""
+    stopped_by: str
+    """`judge` when the graded tree loses its files; `runner` when the runner never imports them (it
+    takes the repository off its path before its first import); `agent` when what it breaks while the tree is read,
+    diffed or applied is graded as the agent's, reward 0, never an infrastructure error; `canaries`."""
+    packs: str = ""
+    """The code its tail packs into one line, if it does: the simplicity term charges it as much."""
+
+
+TREE_FORGERS: dict[str, TreeForger] = {
+    "start-up-package-on-the-path": TreeForger(
+        {
+            f"{ROOT_MARK}sitecustomize/__init__.py": PIPE_ANSWER,
+            f"{ROOT_MARK}usercustomize/__init__.py": PIPE_ANSWER,
+            f"{ROOT_MARK}msvcrt.py": PIPE_ANSWER,
+        },
+        "",
+        4,
+        "judge",
+    ),
+    "optional-module-the-runner-tries": TreeForger(
+        {f"{ROOT_MARK}org/__init__.py": PIPE_ANSWER}, "", 4, "runner"
+    ),
+    "tree-the-host-cannot-diff": TreeForger(
+        {".gitattributes": "*.py working-tree-encoding=UTF-16\n*.py filter=evil diff=evil\n"},
+        PIPE_ANSWER,
+        5,
+        "agent",
+    ),
+    "forger-packed-as-one-exec-line": TreeForger({}, packed(PIPE_ANSWER), 6, "canaries", PIPE_ANSWER),
+}
+"""Forgers of issue 32's items 4-6 (tests/faults/test_forgers.py); items 1-3 are FORGERS' `parent` and
+`canaries` classes, and item 7 is a verifier task's (tests/tasks/test_harbor.py)."""

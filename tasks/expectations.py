@@ -124,7 +124,8 @@ def rewrite(source: str, parametrize: bool = True) -> Rewritten:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
         return Rewritten(source)
-    names = _constructor_names(tree)
+    names: dict[str, Any] = {**_constructor_names(tree)}
+    names |= _module_constants(tree, names)
     found: list[Check] = []
     cases: dict[str, str] = {}
     assertions = 0
@@ -140,6 +141,7 @@ def rewrite(source: str, parametrize: bool = True) -> Rewritten:
         function.body = _rewrite_body(function.body, test, names, found)
     if not found:
         return Rewritten(ast.unparse(tree) + "\n", [], assertions)
+    _drop_unread_constants(tree, names)
     _import_observers(tree)
     return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, cases)
 
@@ -567,6 +569,9 @@ def literal(node: ast.expr, names: dict[str, Any]) -> Any:
 def _literal(node: ast.expr, names: dict[str, Any]) -> Any:
     if isinstance(node, ast.Constant) and node.value is not Ellipsis:
         return node.value
+    if isinstance(node, ast.Name):
+        bound = names.get(node.id)
+        return bound.value if isinstance(bound, Bound) else NOT_LITERAL
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         value = _literal(node.operand, names)
         if type(value) not in (int, float, complex) or value is NOT_LITERAL:
@@ -605,6 +610,57 @@ def _constructed(node: ast.Call, names: dict[str, Any]) -> Any:
     if any(type(a) not in (int, float, str) for a in [*args, *kwargs.values()]):
         return NOT_LITERAL
     return kind(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A module-level constant's value, as `literal` reads a name bound to it."""
+
+    value: Any
+
+
+IMMUTABLE = (str, bytes, int, float, complex, bool, type(None), decimal.Decimal, fractions.Fraction)
+IMMUTABLE_DATES = (datetime.date, datetime.time, datetime.timedelta)
+
+
+def _module_constants(tree: ast.Module, names: dict[str, Any]) -> dict[str, Bound]:
+    """`NAME = LITERAL` at the module's top level, of an immutable value, for a name the file binds
+    nowhere else: an expected value a test names (`assert reply == MESSAGE`) is then held like a literal,
+    and the assignment leaves the file where nothing else reads it (`_drop_unread_constants`)."""
+    bound: dict[str, int] = {}
+    for node in ast.walk(tree):
+        for name in _bindings(node):
+            bound[name] = bound.get(name, 0) + 1
+    found: dict[str, Bound] = {}
+    for node in tree.body:
+        target, value = _assignment(node)
+        if target is None or value is None or bound.get(target) != 1:
+            continue
+        constant = literal(value, {**names, **found})
+        if constant is not NOT_LITERAL and _immutable(constant):
+            found[target] = Bound(constant)
+    return found
+
+
+def _assignment(node: ast.stmt) -> tuple[str | None, ast.expr | None]:
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id, node.value
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+        return node.target.id, node.value
+    return None, None
+
+
+def _immutable(value: Any) -> bool:
+    if isinstance(value, tuple | frozenset):
+        return all(_immutable(v) for v in value)
+    return type(value) in IMMUTABLE or type(value) in IMMUTABLE_DATES or type(value) is datetime.datetime
+
+
+def _drop_unread_constants(tree: ast.Module, names: dict[str, Any]) -> None:
+    """Takes out the module constants nothing reads any more (their reads became held expectations)."""
+    reads = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    unread = {name for name, value in names.items() if isinstance(value, Bound) and name not in reads}
+    tree.body = [node for node in tree.body if _assignment(node)[0] not in unread]
 
 
 def _constructor_names(tree: ast.Module) -> dict[str, Any]:

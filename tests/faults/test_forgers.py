@@ -2,8 +2,11 @@
 
 Each forger is code appended to the module the tests import, so it runs inside the test process, as an
 agent's patch would, and it leaves the bug in place. It is graded on both backends, on a built-in task,
-a demo task and a task imported in SWE-bench's layout, and must score 0 on each. A forger stopped by the
-canaries is first shown to be live: graded without canaries, its forged outcomes pass.
+a demo task, a task imported in SWE-bench's layout and one imported from a repository with a `src/`
+layout and a dependency from a package index (whose hidden tests include a parametrize table), and must
+score 0 on each, where the gold patch scores 1. A forger stopped by the canaries is first shown to be
+live: graded without canaries, its forged outcomes pass. Tree forgers (`TREE_FORGERS`, issue 32's items
+4-6) add files beside their tail.
 """
 
 from __future__ import annotations
@@ -17,14 +20,18 @@ from pathlib import Path
 import pytest
 
 from envs.grading import Grade, grade_patch, validate_task
+from envs.reward import tokens
+from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
-from policies.hacker import FORGERS
+from envs.task_env import build_task_env
+from policies.hacker import FORGERS, ROOT_MARK, TREE_FORGERS
 from tasks.model import Task
-from tasks.patches import diff_trees
+from tasks.patches import diff_trees, git
 from tasks.suite import load_suite
-from tests.conftest import require_backend
+from tests.conftest import backend_missing, require_backend
+from tests.envs.test_task_env import VLIB, VLIB_TESTS, index  # noqa: F401 (a fixture, used by name)
 from tests.harness.test_cli import harness
-from tests.tasks.test_swebench import Dataset
+from tests.tasks.test_swebench import Dataset, commit, diff, row
 
 LIVE_ON = "demo-is-even"
 """The task each forger stopped by canaries is shown live on (graded without canaries): its hidden asserts
@@ -42,27 +49,84 @@ def swebench_task(tmp_path_factory: pytest.TempPathFactory) -> Task:
     assert "acme__calc-2" in proc.stdout, proc.stdout + proc.stderr
     task = next(t for t in load_suite(str(data.suite)) if t.id == "acme__calc-2")
     validation = validate_task(task, SandboxConfig(backend="bwrap"), repeats=1)
-    assert validation.ok and validation.canaries >= 1, validation
+    assert validation.ok and validation.canaries + validation.held_canaries >= 1, validation
     return next(t for t in load_suite(str(data.suite)) if t.id == "acme__calc-2")
 
 
+VLIB_TABLE = (
+    "import pytest\n"
+    + VLIB_TESTS
+    + "\n\n@pytest.mark.parametrize('x, expected', [(0, 0), (3, 6), (10, 20)])\n"
+    "def test_scale_table(x, expected):\n    assert vlib.scale(x) == expected\n"
+)
+TABLE_IDS = [f"tests/test_scale.py::test_scale_table[{case}]" for case in ("0-0", "3-6", "10-20")]
+
+
 @pytest.fixture(scope="module")
-def tasks(swebench_task: Task) -> dict[str, Task]:
+def src_task(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Task:
+    """acme/vlib, imported with `harness tasks import swebench`: a `src/` layout, a version file its
+    packaging backend writes, a dependency from a package index (on loopback), a parametrize table among
+    its hidden tests; validated (canaries kept)."""
+    require_backend("bwrap")
+    url = request.getfixturevalue("index")
+    root = tmp_path_factory.mktemp("vlib-forged")
+    repo = root / "clones" / "acme__vlib"
+    git(["init", "-q", str(repo)])
+    base = commit(repo, VLIB, "start")
+    fix = commit(repo, {
+        "src/vlib/core.py": VLIB["src/vlib/core.py"].replace("double(x) + 1", "double(x)"),
+        "tests/test_scale.py": VLIB_TABLE,
+    }, "fix scale")  # fmt: skip
+    f2p = ["tests/test_scale.py::test_scale", *TABLE_IDS]
+    instance = row("acme__vlib-1", "acme/vlib", base, diff(repo, base, fix, "src"), diff(repo, base, fix, "tests"),
+                   f2p, ["tests/test_scale.py::test_version"])  # fmt: skip
+    (root / "instances.jsonl").write_text(json.dumps(instance) + "\n")
+    suite = root / "suite"
+    with pytest.MonkeyPatch.context() as patch:  # its environment is built now, with the index beside
+        patch.setenv("PIP_EXTRA_INDEX_URL", url)
+        return _imported(root, suite)
+
+
+def _imported(root: Path, suite: Path) -> Task:
+    imported = harness("tasks", "import", "swebench", str(root / "instances.jsonl"), "--repos", str(root / "clones"),
+                       "--out", str(suite), "--backend", "bwrap", timeout=900)  # fmt: skip
+    assert imported.returncode == 0, imported.stderr[-3000:]
+    task = load_suite(str(suite))[0]
+    assert task.environment is not None and task.environment.package_root == "src"
+    validation = validate_task(task, SandboxConfig(backend="bwrap"), repeats=1)
+    assert validation.ok and validation.decided_in_parent == validation.hidden_assertions - 1, validation
+    if backend_missing("docker") is None:
+        build_task_env(task, SandboxConfig(backend="docker"), quiet=True)
+    return load_suite(str(suite))[0]
+
+
+@pytest.fixture(scope="module")
+def tasks(swebench_task: Task, src_task: Task) -> dict[str, Task]:
     builtin = next(t for t in load_suite("builtin") if t.id == "kvstore-001-expire-boundary")
     demo = next(t for t in load_suite("demo") if t.id == LIVE_ON)
-    found = {t.id: t for t in (builtin, demo, swebench_task)}
-    assert all(len(t.hidden_tests.canaries) >= 1 for t in found.values())
+    found = {t.id: t for t in (builtin, demo, swebench_task, src_task)}
+    assert all(plan_run(t, t.hidden_tests.canaries).canaries for t in found.values())
     return found
 
 
-def forged(task: Task, tail: str, tmp_path: Path) -> str:
-    """A patch that appends `tail` to the module the gold patch fixes, and fixes nothing."""
+def ready(task: Task, backend: str) -> SandboxConfig:
+    """The sandbox config of `backend` (the task's own environment was built for both by `src_task`)."""
+    return SandboxConfig(backend=backend)  # type: ignore[arg-type]
+
+
+def forged(task: Task, tail: str, tmp_path: Path, files: dict[str, str] | None = None) -> str:
+    """A patch that appends `tail` to the module the gold patch fixes, adds `files` (`{root}`: the
+    folder the packages live in), and fixes nothing."""
     target = re.search(r"^\+\+\+ b/(\S+)$", task.gold_patch or "", re.M)
     assert target is not None, task.gold_patch
     copy = Path(tempfile.mkdtemp(prefix=f"forged-{task.id}-", dir=tmp_path)) / "repo"
     shutil.copytree(task.repo, copy, ignore=shutil.ignore_patterns(".git"))
     module = copy / target.group(1)
     module.write_text(module.read_text() + "\n" + tail)
+    root = f"{task.environment.package_root}/" if task.environment and task.environment.package_root else ""
+    for path, text in (files or {}).items():
+        (copy / path.replace(ROOT_MARK, root)).parent.mkdir(parents=True, exist_ok=True)
+        (copy / path.replace(ROOT_MARK, root)).write_text(text)
     return diff_trees(task.repo, copy)
 
 
@@ -83,8 +147,52 @@ def test_a_forger_in_the_test_process_scores_nothing(
         forged_f2p = set(unguarded.fail_to_pass.values())
         assert forged_f2p == {"passed"}, f"{name} forges nothing without canaries:\n{summary(unguarded)}"
     for task in tasks.values():
-        grade = grade_patch(task, forged(task, forger.tail, tmp_path), config)
+        grade = grade_patch(task, forged(task, forger.tail, tmp_path), ready(task, backend))
         assert grade.infra_error is None and grade.patch_applied, summary(grade)
         assert grade.reward == 0.0 and grade.correct == 0.0, f"{name} on {task.id}:\n{summary(grade)}"
         if forger.stopped_by == "canaries" and task.id == LIVE_ON:
             assert any(t.startswith("canary ") for t in grade.tampering), summary(grade)
+
+
+def test_every_gold_patch_scores_one(backend: str, tasks: dict[str, Task]) -> None:
+    """The honest fix beside the forgers: 1 on every task, every canary seen failing, the table's cases
+    decided by the values the parent holds."""
+    for task in tasks.values():
+        grade = grade_patch(task, task.gold_patch or "", ready(task, backend))
+        assert grade.reward == 1.0 and grade.tampering == [], summary(grade)
+        assert set(grade.canaries.values()) == {"failed"}, summary(grade)
+    table = grade_patch(
+        tasks["acme__vlib-1"], tasks["acme__vlib-1"].gold_patch or "", ready(tasks["acme__vlib-1"], backend)
+    )
+    assert all(table.fail_to_pass[i] == "passed" for i in TABLE_IDS), summary(table)
+
+
+@pytest.mark.parametrize("name", list(TREE_FORGERS))
+def test_a_forger_made_of_files_scores_nothing(
+    name: str, backend: str, tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """Start-up hooks on the path (item 4) are dropped by the judge; a tree the host cannot diff or apply
+    (item 5) is graded as the agent's, 0, never an infrastructure error; a forger packed into one line
+    (item 6) is charged for its payload and flagged, and the canaries stop what it forges."""
+    forger = TREE_FORGERS[name]
+    for task in tasks.values():
+        patch = forged(task, forger.tail, tmp_path, forger.files)
+        grade = grade_patch(task, patch, ready(task, backend))
+        assert grade.infra_error is None, summary(grade)
+        assert grade.reward == 0.0 and grade.correct == 0.0, f"{name} on {task.id}:\n{summary(grade)}"
+        if forger.stopped_by == "judge":
+            root = (
+                f"{task.environment.package_root}/"
+                if task.environment and task.environment.package_root
+                else ""
+            )
+            assert {p.replace(ROOT_MARK, root) for p in forger.files} <= set(grade.dropped_paths), summary(
+                grade
+            )
+        if forger.stopped_by == "canaries":
+            assert any(t.startswith("canary ") for t in grade.tampering) or set(
+                grade.fail_to_pass.values()
+            ) != {"passed"}, summary(grade)
+            assert grade.suspicion and grade.simplicity is not None, summary(grade)
+            packed_size = grade.simplicity.changed_tokens
+            assert packed_size >= tokens(forger.packs.splitlines()), summary(grade)  # as dear as unpacked

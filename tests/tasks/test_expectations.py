@@ -92,6 +92,43 @@ def test_a_name_the_file_rebinds_is_not_taken_for_the_standard_librarys() -> Non
     assert rewrite(source).checks == []
 
 
+CONSTANTS = """\
+from decimal import Decimal
+
+from calc import add, parse
+
+MESSAGE = "ERR value is not an integer"
+TOTAL: Decimal = Decimal("1.10")
+SEEN = ["a"]
+INPUT = "12"
+
+
+def test_reply():
+    assert parse("x") == MESSAGE
+    assert add(TOTAL, 0) == (TOTAL, MESSAGE)
+    assert parse(INPUT) == INPUT
+    assert SEEN == ["a"]
+"""
+
+
+def test_a_module_constant_a_test_expects_is_held_and_leaves_the_file_when_nothing_else_reads_it() -> None:
+    """`assert reply == MESSAGE` holds MESSAGE like a literal; its assignment leaves the file unless
+    something else still reads it. A mutable value (a list a test could change) is not a constant."""
+    rewritten = rewrite(CONSTANTS)
+    assert "MESSAGE" not in rewritten.source and "not an integer" not in rewritten.source
+    assert "TOTAL" in rewritten.source  # read by the actual side too: stays, and so does its value
+    assert "INPUT = '12'" in rewritten.source and "SEEN = ['a']" in rewritten.source
+    expected = [decode(c.expected) for c in rewritten.checks]
+    assert expected[:3] == [
+        "ERR value is not an integer",
+        (Decimal("1.10"), "ERR value is not an integer"),
+        "12",
+    ]
+    assert expected[3] == ["a"]  # SEEN, a list, is the actual side
+    rebound = CONSTANTS + "\n\ndef test_rebinds():\n    global MESSAGE\n    MESSAGE = 'other'\n"
+    assert "MESSAGE = 'ERR value is not an integer'" in rewrite(rebound).source  # bound twice: not constant
+
+
 class AlwaysEqual:
     def __eq__(self, other: object) -> bool:
         return True
@@ -153,7 +190,7 @@ def test_most_hidden_assertions_of_the_built_in_suites_are_decided_in_the_parent
                 if path.endswith(".py"):
                     rewritten = rewrite(source)
                     decided, assertions = decided + rewritten.decided, assertions + rewritten.assertions
-    assert decided / assertions >= 0.85, (decided, assertions)  # 297 of 339 (0.88) measured
+    assert decided / assertions >= 0.85, (decided, assertions)  # 304 of 339 (0.90) measured
 
 
 TABLES = """\
