@@ -4,6 +4,7 @@ Dockerfile, whose tests run only at grading, and which `scripted:gold` solves.""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,10 @@ from envs.grading import grade_patch, refuse_unprotected, validate_task
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from harness.rollouts.store import RunStore
+from policies.hacker import FORGERS
 from tasks.harbor import import_harbor
 from tasks.model import Task
+from tasks.patches import diff_trees
 from tasks.suite import load_suite
 from tests.conftest import require_backend
 from tests.harness.test_cli import harness
@@ -194,6 +197,13 @@ def test_a_verifier_grade_is_unprotected_and_training_refuses_it(
     `unprotected`, `runs` flags it, and `harness train` refuses the task unless allowed."""
     grade = grade_patch(task, task.gold_patch or "", SandboxConfig(backend="docker"))
     assert grade.correct == 1.0 and grade.integrity == "unprotected"
+    # Why: the verifier's pytest runs the agent's module, which can end it with status 0 before a test
+    # runs (the hacker's `os-exit-at-import`); the script then writes reward 1 for an unfixed bug.
+    copy = tmp_path / "forged"
+    shutil.copytree(task.repo, copy, ignore=shutil.ignore_patterns(".git"))
+    (copy / "greet.py").write_text((copy / "greet.py").read_text() + FORGERS["os-exit-at-import"].tail)
+    forged = grade_patch(task, diff_trees(task.repo, copy), SandboxConfig(backend="docker"))
+    assert forged.correct == 1.0 and forged.integrity == "unprotected", forged
     with pytest.raises(ValueError, match=r"1 task\(s\) are graded by a verifier script .*greet"):
         refuse_unprotected([task], RewardConfig())
     refuse_unprotected([task], RewardConfig(allow_unprotected=True))
