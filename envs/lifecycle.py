@@ -1,14 +1,22 @@
 """Who owns a sandbox, closing them all on SIGINT / SIGTERM, and the reaper of dead runs' leftovers.
 
-Every sandbox carries its owner: run id, host, runner pid and that pid's start time (so a reused pid is
-not mistaken for the runner), and an expiry. At start-up the reaper removes the sandboxes whose owner is
-dead, or, when the owner is on another host and cannot be checked, whose expiry has passed. A live
-run's sandboxes are never touched.
+A run holds an exclusive `flock` on its lock file (`STATE/RUN.lock`, made and locked before its folder
+`STATE/RUN`) for as long as its process lives: the kernel drops the lock at any death, `kill -9`
+included, and at no other time. Every sandbox carries its owner: run id, host, lock file, runner pid and
+that pid's start in clock ticks since boot, and an expiry. A reaper removes a run's folder, control
+groups and containers only when it can take that lock itself (a run on this host), or, for a run on
+another host, which no lock here tells of, after its expiry. A run whose lock file is gone (someone
+removed the state folder) is alive while its pid runs with the same start ticks. No decision rests on
+the wall clock of this host, which can be stepped; each is logged with the run id and the reason
+(`STATE/reaper.log` and the `harness.reaper` logger).
 """
 
 from __future__ import annotations
 
 import atexit
+import errno
+import fcntl
+import logging
 import os
 import shutil
 import signal
@@ -17,6 +25,8 @@ import threading
 import time
 import uuid
 import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 from typing import Protocol
@@ -30,6 +40,11 @@ from envs.sandbox import SandboxUnusable
 LABEL = "harness.run"
 
 
+LOG = logging.getLogger("harness.reaper")
+REAPER_LOG = "reaper.log"
+"""Each state folder's record of what its reapers removed and why."""
+
+
 class Owner(BaseModel):
     """The runner process that made a sandbox."""
 
@@ -39,7 +54,12 @@ class Owner(BaseModel):
     host: str
     pid: int
     pid_start: float
+    """The pid's start in wall-clock seconds, for the reader; liveness reads `pid_ticks`."""
     expires: float
+    lock: str = ""
+    """The run's lock file: held while the run lives."""
+    pid_ticks: int = 0
+    """The pid's start in clock ticks since boot (`/proc/PID/stat`), which no clock step moves."""
 
     def labels(self) -> dict[str, str]:
         return {
@@ -48,6 +68,8 @@ class Owner(BaseModel):
             "harness.pid": str(self.pid),
             "harness.pid_start": repr(self.pid_start),
             "harness.expires": repr(self.expires),
+            "harness.lock": self.lock,
+            "harness.pid_ticks": str(self.pid_ticks),
         }
 
     @classmethod
@@ -58,43 +80,85 @@ class Owner(BaseModel):
             pid=int(labels["harness.pid"]),
             pid_start=float(labels["harness.pid_start"]),
             expires=float(labels["harness.expires"]),
+            lock=labels.get("harness.lock", ""),
+            pid_ticks=int(labels.get("harness.pid_ticks", "0")),
         )
 
-    def is_dead(self, now: float | None = None) -> bool:
-        """True when the owner is gone for sure: dead here, or expired elsewhere."""
-        if self.host != socket.gethostname():
-            return (now or time.time()) > self.expires
-        try:
-            return abs(psutil.Process(self.pid).create_time() - self.pid_start) > 0.5
-        except psutil.NoSuchProcess:
-            return True
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot; None when no such process runs."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return int(stat.rpartition(")")[2].split()[19])  # field 22, after the command's name
+
+
+# ---- the run's lock --------------------------------------------------------------------------------
 
 
 _owner: Owner | None = None
 _owner_lock = threading.Lock()
+_held: dict[Path, int] = {}
+"""Lock file -> the descriptor this process holds its lock through."""
+
+
+def _forget_inherited_locks() -> None:
+    """In a forked child: its parent's locks are the parent's; the child closes its copies (the lock
+    stays with the parent), and becomes a run of its own when it starts a sandbox."""
+    for fd in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_locks)
+
+
+def _hold(lock: Path) -> None:
+    """Takes `lock` for this process's life, unless it already holds that very file."""
+    fd = _held.get(lock)
+    if fd is not None:
+        try:
+            if os.fstat(fd).st_ino == os.stat(lock).st_ino:
+                return
+        except FileNotFoundError:
+            pass  # removed under us (the state folder was deleted): lock a new one
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _held[lock] = fd  # a replaced one stays open and locked: a reaper that opened it finds it held
 
 
 def current_owner(state_dir: Path, expiry_s: float) -> Owner:
-    """This process's owner record, written once to `state_dir/RUN/owner.json` of each state folder."""
+    """This process's owner record, written once to `state_dir/RUN/owner.json` of each state folder,
+    after the run's lock `state_dir/RUN.lock` is taken."""
     global _owner
     with _owner_lock:
         if _owner is None or _owner.pid != os.getpid():  # a forked child is a run of its own
             pid = os.getpid()
+            run_id = f"r{pid}-{uuid.uuid4().hex[:8]}"
             _owner = Owner(
-                run_id=f"r{pid}-{uuid.uuid4().hex[:8]}",
+                run_id=run_id,
                 host=socket.gethostname(),
                 pid=pid,
                 pid_start=psutil.Process(pid).create_time(),
                 expires=time.time() + expiry_s,
+                pid_ticks=start_ticks(pid) or 0,
             )
-        run_dir = state_dir / _owner.run_id
+        lock = state_dir / f"{_owner.run_id}.lock"
+        _hold(lock)
+        owner = _owner.model_copy(update={"lock": str(lock.absolute())})
+        run_dir = state_dir / owner.run_id
         if not (run_dir / "owner.json").exists():  # a process may use several state folders (tests, configs)
             run_dir.mkdir(parents=True, exist_ok=True)
-            tmp = run_dir / f".owner.json.{_owner.pid}"
-            tmp.write_text(_owner.model_dump_json())
+            tmp = run_dir / f".owner.json.{owner.pid}"
+            tmp.write_text(owner.model_dump_json())
             tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written
             reap(state_dir, _docker_client())  # a run's first sandbox clears what dead runs left
-        return _owner
+        return owner
 
 
 def _docker_client() -> object | None:
@@ -177,44 +241,99 @@ class ReapReport(BaseModel):
 
 
 def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
-    """Removes every sandbox, control group and state folder whose owner run is dead."""
+    """Removes every sandbox, control group and state folder whose owner run is dead (see the module's
+    docstring for how that is known), and logs why."""
     report = ReapReport()
     me = _owner.run_id if _owner is not None else None
-    if state_dir.is_dir():
-        for run_dir in state_dir.iterdir():
-            if run_dir.name == me:
-                continue
-            try:
-                owner = Owner.model_validate_json((run_dir / "owner.json").read_text())
-            except (OSError, ValueError):
-                owner = None
-            if owner is None and _may_be_starting(run_dir):
-                continue  # a run starting right now has not written its owner record yet
-            if owner is not None and not owner.is_dead():
-                continue
-            for group in cgroups.run_groups(run_dir.name):
-                group.destroy()
-                report.groups += 1
-            shutil.rmtree(run_dir, ignore_errors=True)
-            report.run_dirs += 1
-    if docker_client is not None:
-        report.containers = _reap_containers(docker_client, me)
+    if docker_client is not None:  # first: a run's containers, while its lock file still tells of it
+        report.containers = _reap_containers(docker_client, me, state_dir)
+    for run_id in _runs_in(state_dir):
+        if run_id != me:
+            _reap_run(state_dir, run_id, report)
     return report
 
 
-def _may_be_starting(run_dir: Path) -> bool:
-    """A folder without an owner record: a run that is writing it (young, its pid alive), or one that a
-    `kill -9` stopped before it could. A folder that another run's reaper removed meanwhile is left to it."""
+def _runs_in(state_dir: Path) -> list[str]:
+    """The run ids a state folder holds a folder or a lock file of."""
     try:
-        if time.time() - run_dir.stat().st_mtime >= 60:
-            return False
+        names = [entry.name for entry in state_dir.iterdir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    runs = {n.removesuffix(".lock") for n in names if not n.startswith(".") and n != REAPER_LOG}
+    return sorted(runs)
+
+
+def _reap_run(state_dir: Path, run_id: str, report: ReapReport) -> None:
+    run_dir = state_dir / run_id
+    try:
+        owner: Owner | None = Owner.model_validate_json((run_dir / "owner.json").read_text())
+    except (OSError, ValueError):
+        owner = None
+    with _dead(owner, state_dir / f"{run_id}.lock") as reason:
+        if reason is None:
+            return
+        for group in cgroups.run_groups(run_id):
+            group.destroy()
+            report.groups += 1
+        shutil.rmtree(run_dir, ignore_errors=True)
+        (state_dir / f"{run_id}.lock").unlink(missing_ok=True)
+        report.run_dirs += 1
+        _log(state_dir, run_id, f"its folder and control groups removed: {reason}")
+
+
+@contextmanager
+def _dead(owner: Owner | None, lock: Path | None) -> Iterator[str | None]:
+    """Why the run is dead for sure, else None; the run's lock, when it could be taken, is held until
+    the caller has removed what the run left (a run cannot come back to life meanwhile)."""
+    if owner is not None and owner.host != socket.gethostname():
+        expired = time.time() > owner.expires
+        yield f"a run of host {owner.host}, expired at {owner.expires:.0f}" if expired else None
+        return
+    try:
+        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC) if lock is not None else None
     except FileNotFoundError:
-        return True
-    pid = run_dir.name[1:].partition("-")[0]  # run ids are rPID-HEX
-    return not pid.isdigit() or psutil.pid_exists(int(pid))
+        fd = None
+    if fd is None:
+        yield _dead_without_lock(owner)
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise
+            yield None  # held: the run lives
+            return
+        yield "its lock was free: the process that held it is gone"
+    finally:
+        os.close(fd)
 
 
-def _reap_containers(client: object, me: str | None) -> int:
+def _dead_without_lock(owner: Owner | None) -> str | None:
+    """A run whose lock file is not there: never locked (a run locks before it makes its folder, so a
+    folder with no owner record is a dead run's), or removed with the state folder under a live run,
+    which then lives while its pid runs with the start ticks it recorded."""
+    if owner is None:
+        return "no lock file and no owner record: no live run's (a run locks before it makes its folder)"
+    ticks = start_ticks(owner.pid)
+    if ticks is None:
+        return f"no lock file, and pid {owner.pid} no longer runs"
+    if owner.pid_ticks and ticks != owner.pid_ticks:
+        return f"no lock file, and pid {owner.pid} is another process now (started at tick {ticks})"
+    return None  # an owner of old, without start ticks, is alive while its pid is
+
+
+def _log(state_dir: Path, run_id: str, what: str) -> None:
+    line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} reaped {run_id}: {what}"
+    LOG.info(line)
+    try:
+        with open(state_dir / REAPER_LOG, "a") as log:
+            log.write(line + "\n")
+    except OSError:
+        pass
+
+
+def _reap_containers(client: object, me: str | None, state_dir: Path) -> int:
     import docker.errors
 
     removed = 0
@@ -224,12 +343,16 @@ def _reap_containers(client: object, me: str | None) -> int:
         try:
             owner = Owner.from_labels(container.labels)
         except (KeyError, ValueError):
+            continue  # not a run's as this harness labels them: never decided on a label it cannot read
+        if owner.run_id == me:
             continue
-        if owner.run_id == me or not owner.is_dead():
-            continue
-        try:
-            container.remove(force=True)
-            removed += 1
-        except docker.errors.APIError:  # already gone, or another run's reaper is removing it (409)
-            pass
+        with _dead(owner, Path(owner.lock) if owner.lock else None) as reason:
+            if reason is None:
+                continue
+            try:
+                container.remove(force=True)
+                removed += 1
+                _log(state_dir, owner.run_id, f"container {container.name} removed: {reason}")
+            except docker.errors.APIError:  # already gone, or another run's reaper is removing it (409)
+                pass
     return removed

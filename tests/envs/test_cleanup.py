@@ -4,9 +4,13 @@ and after a `kill -9` the next start reaps what the dead run left, never a live 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -17,7 +21,7 @@ import psutil
 import pytest
 
 from envs.docker import client
-from envs.lifecycle import LABEL, current_owner, reap
+from envs.lifecycle import LABEL, REAPER_LOG, Owner, current_owner, reap, start_ticks
 from envs.remote import ExecutorSandbox
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -168,7 +172,7 @@ def test_kill_9_then_a_new_start_reaps_the_dead_run_only(
         assert leftovers(state_dir, runner.run_id) == NOTHING
     report = reap(state_dir, client())  # only their ownership records were left
     assert (report.run_dirs, report.groups) == (2, 0)
-    assert list(state_dir.iterdir()) == []
+    assert [p.name for p in state_dir.iterdir()] == [REAPER_LOG]  # why each was reaped
 
 
 def test_runs_starting_together_reap_the_same_leftovers_without_failing(
@@ -222,4 +226,81 @@ def test_reapers_racing_over_folders_without_owner_records_never_fail(tmp_path: 
 
     assert [reaper.returncode for reaper in reapers] == [0] * 4, [err for _, err in results]
     assert sum(int(out) for out, _ in results) >= 3000  # a folder two reapers removed counts twice
-    assert list(state_dir.iterdir()) == []
+    assert [p.name for p in state_dir.iterdir()] == [REAPER_LOG]  # why each was reaped
+
+
+# ---- liveness that cannot be mistaken (issue 33, item 1) --------------------------------------------
+
+HOLDER = """
+import sys
+from pathlib import Path
+
+from envs.lifecycle import current_owner
+
+owner = current_owner(Path(sys.argv[1]), 3600.0)
+print(owner.model_dump_json(), flush=True)
+sys.stdin.readline()
+"""
+
+
+def holder(state_dir: Path) -> tuple[subprocess.Popen[str], Owner]:
+    """A run in its own process that holds its lock until its stdin closes."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(state_dir)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout is not None
+    return proc, Owner.model_validate_json(proc.stdout.readline())
+
+
+def test_a_live_run_survives_clock_steps_and_a_dead_one_is_reaped_whatever_the_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Liveness is the run's lock, which the kernel drops at death only: a wall clock stepped by hours
+    either way (and the start time psutil derives from it) changes nothing."""
+    state_dir = tmp_path / "state"
+    live, live_owner = holder(state_dir)
+    dead, dead_owner = holder(state_dir)
+    dead.kill()
+    dead.wait()
+    real_time, real_create = time.time, psutil.Process.create_time
+    try:
+        for step in (-7200.0, 0.7, 7200.0):
+            monkeypatch.setattr(time, "time", lambda step=step: real_time() + step)
+            monkeypatch.setattr(psutil.Process, "create_time", lambda self, s=step: real_create(self) + s)
+            reap(state_dir)
+            assert (state_dir / live_owner.run_id / "owner.json").is_file(), step
+            assert not (state_dir / dead_owner.run_id).exists() and not Path(dead_owner.lock).exists()
+    finally:
+        live.communicate("")
+    reap(state_dir)
+    assert [p.name for p in state_dir.iterdir()] == [REAPER_LOG]
+    log = (state_dir / REAPER_LOG).read_text()
+    assert f"reaped {dead_owner.run_id}: its folder and control groups removed: its lock was free" in log
+
+
+def test_a_reused_pid_keeps_no_dead_run_alive_and_a_removed_state_folder_kills_no_live_one(
+    tmp_path: Path,
+) -> None:
+    """Without its lock file, a run is alive only while its pid runs with the start ticks it recorded:
+    a record naming a pid that now belongs to another process (here, the test's own) is a dead run's;
+    a live run whose state folder someone removed is not reaped, and locks a new file at its next
+    sandbox."""
+    state_dir = tmp_path / "state"
+    reused = Owner(run_id="r1-reused", host=socket.gethostname(), pid=os.getpid(), pid_start=0.0,
+                   expires=time.time() + 3600, pid_ticks=(start_ticks(os.getpid()) or 0) + 1)  # fmt: skip
+    (state_dir / reused.run_id).mkdir(parents=True)
+    (state_dir / reused.run_id / "owner.json").write_text(reused.model_dump_json())
+    live, owner = holder(state_dir)
+    try:
+        shutil.rmtree(state_dir)  # the live run's folder and lock file with it
+        (state_dir / owner.run_id).mkdir(parents=True)
+        (state_dir / owner.run_id / "owner.json").write_text(owner.model_dump_json())
+        (state_dir / reused.run_id).mkdir(parents=True)
+        (state_dir / reused.run_id / "owner.json").write_text(reused.model_dump_json())
+        reap(state_dir)
+        assert (state_dir / owner.run_id).is_dir()
+        assert not (state_dir / reused.run_id).exists()
+        assert f"pid {os.getpid()} is another process now" in (state_dir / REAPER_LOG).read_text()
+    finally:
+        live.communicate("")
+    reap(state_dir)
+    assert not (state_dir / owner.run_id).exists()  # dead now: its pid is gone
