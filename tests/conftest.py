@@ -39,10 +39,15 @@ take: the first to ask makes it (about 30 s and 4 minutes on 2 idle cores), and 
 a fixture's setup."""
 
 
-SERIAL = ("tests/faults/test_hostile_scale.py", "tests/faults/test_daemon.py", "tests/envs/test_cleanup.py")
+SERIAL = (
+    "tests/faults/test_hostile_scale.py",
+    "tests/faults/test_daemon.py",
+    "tests/envs/test_cleanup.py",
+    "tests/faults/test_shared_host.py",
+)
 """Files marked `serial`, which `make test` runs alone after the others: they measure the whole host (a
 fleet's latency, memory and processes), restart the Docker daemon every sandbox uses, or count every
-sandbox's containers and control groups. A test in another file that measures the whole host carries
+sandbox's containers and control groups, or kill and reap runs in the state folder every run shares. A test in another file that measures the whole host carries
 the `serial` mark itself (tests/envs/test_limits.py's bombs)."""
 LONG_FIRST = (
     "tests/harness/training/test_train_demo.py",
