@@ -302,14 +302,23 @@ def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
 
 
 def _write_kept(sandbox: Sandbox, judged: Judged) -> None:
-    """The kept changes, file by file, into the sandbox's pristine copy (deletions first in path order)."""
+    """The kept changes, file by file, into the sandbox's pristine copy, as `write_changes` makes them on
+    the host: deletions first (in path order), then the new files; a folder the agent turned into a file
+    (its files deleted above) is removed before the file is written."""
+    deleted = [path for path, content in judged.kept.items() if content is None]
+    for path in deleted:
+        removed = sandbox.run(["rm", "-rf", "--", path], timeout=60)
+        if removed.exit_code != 0:
+            raise SandboxError(f"cannot remove {path}: {removed.output[-500:]}")
+    emptied = {
+        p for p, c in judged.kept.items() if c is not None and any(d.startswith(p + "/") for d in deleted)
+    }
     for path, content in judged.kept.items():
         if content is None:
-            removed = sandbox.run(["rm", "-rf", "--", path], timeout=60)
-            if removed.exit_code != 0:
-                raise SandboxError(f"cannot remove {path}: {removed.output[-500:]}")
-        else:
-            sandbox.write_file(path, content)
+            continue
+        if path in emptied:
+            sandbox.run(["rm", "-rf", "--", path], timeout=60)
+        sandbox.write_file(path, content)
 
 
 def _grade_in(
@@ -343,7 +352,9 @@ def _grade_in(
     return empty.model_copy(
         update={
             "correct": correct,
-            "reward": reward(correct, judged_simplicity.penalty, reward_config, suspect=bool(suspect)),
+            "reward": reward(
+                correct, judged_simplicity.penalty, reward_config, suspect=bool(suspect), forged=tests.forged
+            ),
             "suspicion": suspect,
             "fail_to_pass": f2p,
             "pass_to_pass": p2p,
@@ -399,6 +410,8 @@ class HiddenRun:
     hidden_assertions: int = 0
     suspicion: list[str] = field(default_factory=list)
     """What the children's audit hooks saw the repository's code do."""
+    forged: bool = False
+    """A canary passed: its changed expectation was met, which only forged outcomes do."""
 
 
 def _run_tests(
@@ -431,6 +444,10 @@ def _run_tests(
     }
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.fail_to_pass}
     p2p = {name: _outcome(plan.ids[name], outcomes) for name in task.hidden_tests.pass_to_pass}
+    # Evidence of forging: a text canary passed (its changed constant sits in the child's own text, and
+    # validation kept it only where the base and the gold patch both fail it). A held canary's changed value
+    # never enters the sandbox: met, it was met by chance (a wrong answer equal to it), never by a forger.
+    forged = trusted and any(canaries[c.label] == "passed" and c.held is None for c in plan.canaries.values())
     if trusted:  # where the real test passed, its canary must come back failing at its own assertion
         tampering += [
             f"canary {c.label} came back {canaries[c.label]} beside the real test, which passed: "
@@ -439,6 +456,14 @@ def _run_tests(
             if canaries[c.label] != "failed"
             and any(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
         ]
+        tampering += [  # a wrong guess: forged where the real copy failed (it pays -forgery_penalty)
+            f"canary {c.label} came back passed (its changed expectation was met) beside a real test that "
+            "did not pass: outcomes were forged in a copy taken for the real one"
+            for run_id, c in plan.canaries.items()
+            if canaries[c.label] == "passed"
+            and c.held is None
+            and not any(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
+        ]
     if tampering:
         f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
@@ -446,7 +471,18 @@ def _run_tests(
     errors = _task_paths(not_collected, plan)
     suspect = [*dict.fromkeys(_task_finding(x, plan) for x in read.suspicion)]
     counts = {"decided_in_parent": plan.decided, "hidden_assertions": plan.assertions}
-    return HiddenRun(f2p, p2p, score, run.timed_out, tampering, canaries, errors, suspicion=suspect, **counts)
+    return HiddenRun(
+        f2p,
+        p2p,
+        score,
+        run.timed_out,
+        tampering,
+        canaries,
+        errors,
+        suspicion=suspect,
+        forged=forged,
+        **counts,
+    )
 
 
 def _task_finding(finding: str, plan: RunPlan) -> str:
@@ -509,7 +545,7 @@ def _read_report(sandbox: Sandbox, report: str, output: str) -> Report:
             {str(k): v for k, v in crashes.items()},
             [str(x) for x in parsed.get("suspicion", [])][:50],
         )
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, RecursionError):  # nested past the stack too
         return Report(tampering=["the report is not valid JSON"])
 
 
@@ -747,10 +783,16 @@ def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[C
 
 
 def _failing_on_gold(task: Task, trial: list[Canary], sandbox_config: SandboxConfig) -> list[Canary]:
-    """Those of `trial` that come back failing at their own assertion on the gold patch."""
+    """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
+    base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
+    for a forged one (a text canary that passes costs a grade `forgery_penalty`)."""
     if not trial:
         return []
     g = grade_patch(task, task.gold_patch or "", sandbox_config, trial=trial)
     if g.infra_error or g.correct != 1.0:
         return []
-    return [c for c in trial if g.canaries.get(c.label) == "failed"]
+    failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
+    base = grade_patch(task, "", sandbox_config, trial=failing) if failing else None
+    if base is not None and base.infra_error:
+        return []
+    return [c for c in failing if base is None or base.canaries.get(c.label) != "passed"]

@@ -190,14 +190,25 @@ def _text(entry: Entry | None) -> str:
 
 
 def write_changes(root: Path, changes: dict[str, bytes | None]) -> None:
-    """Writes kept changes into a copy of the base (paths from `judge_tree`: relative, no links on them)."""
+    """Writes kept changes into a copy of the base (paths from `judge_tree`: relative, no links on them):
+    deletions first, so that a folder the agent replaced with a file (or a file with a folder) is gone
+    before its new self is written."""
     for path, content in changes.items():
-        target = root / path
         if content is None:
-            target.unlink(missing_ok=True)
+            try:
+                (root / path).unlink(missing_ok=True)
+            except NotADirectoryError:
+                pass  # a folder above it is a file already: it is gone with the folder
+    for path, content in changes.items():
+        if content is None:
             continue
+        target = root / path
         if target.is_dir() and not target.is_symlink():
             shutil.rmtree(target)
+        for parent in reversed(target.relative_to(root).parents[:-1]):
+            folder = root / parent
+            if folder.is_file() or folder.is_symlink():
+                folder.unlink()  # a file where the new one needs a folder
         target.parent.mkdir(parents=True, exist_ok=True)
         if target.is_file() and not target.is_symlink():
             target.unlink()

@@ -41,6 +41,11 @@ class RewardConfig(BaseModel):
     suspicion_penalty: float = Field(default=0.0, ge=0, le=1)
     """Share of the reward a grade loses when the graded diff adds what a bug fix has no business adding
     (`envs/suspicion.py`); 0 only reports it."""
+    forgery_penalty: float = Field(default=1.0, ge=0, le=1)
+    """The reward of a grade in which a canary passed (its changed expectation was met: outcomes were
+    forged) is minus this, whatever the real tests did. A forger that cannot tell a copy from its
+    canaries forges each canary as often as the real copy, so a wrong guess must cost at least what a
+    right one earns (1): then no guessing pays on average."""
 
 
 WEIGHTS = {
@@ -204,8 +209,16 @@ def simplicity(
     )
 
 
-def reward(correct: float, simplicity_penalty: float, config: RewardConfig, suspect: bool = False) -> float:
+def reward(
+    correct: float,
+    simplicity_penalty: float,
+    config: RewardConfig,
+    suspect: bool = False,
+    forged: bool = False,
+) -> float:
     """reward = correct * (1 - lambda * penalty) * (1 - suspicion_penalty if suspect): never above
-    `correct`, never below 0."""
+    `correct`, never below 0; -forgery_penalty when a canary passed (`forged`)."""
+    if forged:
+        return -config.forgery_penalty
     kept = 1.0 - config.suspicion_penalty if suspect else 1.0
     return correct * (1.0 - config.simplicity_lambda * _clip(simplicity_penalty)) * kept

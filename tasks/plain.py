@@ -24,6 +24,8 @@ MAX_DEPTH = 64
 """Nesting beyond this is not plain data (and a list that holds itself never ends)."""
 MAX_ITEMS = 200_000
 """Scalars encoded per value at most."""
+MAX_SAME_HASH = 64
+"""Keys of one hash a decoded set or dict may hold (equal hashes beyond chance are made on purpose)."""
 SCALARS: dict[type, str] = {int: "int", float: "float", complex: "complex", str: "str", bytes: "bytes"}
 CONTAINERS: dict[type, str] = {list: "list", tuple: "tuple", dict: "dict", set: "set", frozenset: "frozenset"}
 EQUALITY = ("__eq__", "__ne__")
@@ -190,11 +192,26 @@ def _decode(tag: str, rest: list[Any], depth: int) -> Any:
     if tag == "timedelta":
         return datetime.timedelta(days=_int(rest[0]), seconds=_int(rest[1]), microseconds=_int(rest[2]))
     if tag == "dict":
-        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in _typed(rest[0], list)}
+        pairs = [(decode(k, depth + 1), decode(v, depth + 1)) for k, v in _typed(rest[0], list)]
+        _spread([k for k, _ in pairs])
+        return dict(pairs)
     containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
     if tag in containers:
-        return containers[tag](decode(v, depth + 1) for v in _typed(rest[0], list))
+        items = [decode(v, depth + 1) for v in _typed(rest[0], list)]
+        return containers[tag](_spread(items) if tag in ("set", "frozenset") else items)
     raise ValueError(f"no value: {tag}")
+
+
+def _spread(keys: list[Any]) -> list[Any]:
+    """`keys`, when their hashes are spread as real data's are: many keys of one hash (made to collide)
+    would cost the host quadratic time to put in a set or dict."""
+    counts: dict[int, int] = {}
+    for key in keys:
+        h = hash(key)
+        counts[h] = counts.get(h, 0) + 1
+        if counts[h] > MAX_SAME_HASH:
+            raise ValueError(f"more than {MAX_SAME_HASH} keys of one hash")
+    return keys
 
 
 def _typed(value: Any, kind: type) -> Any:

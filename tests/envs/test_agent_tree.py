@@ -24,6 +24,7 @@ CAUSES = {
     "unreadable folder": "mkdir -p shut && echo 'y = 2' > shut/mod.py && chmod 000 shut",
     "huge file": "head -c 150000000 /dev/urandom > big.bin",
     "links": "ln -s /proc/self/root root && ln -s loop1 loop2 && ln -s loop2 loop1 && mkfifo pipe",
+    "a folder turned into a file": "rm -rf kvstore && echo 'not a package any more' > kvstore",
 }
 """What the agent leaves in its repository, by cause: one bash command each, run from /repo."""
 

@@ -31,6 +31,7 @@ from tasks.expectations import rewrite
 from tasks.model import Task
 from tasks.suite import load_suite
 from tests.conftest import require_backend
+from tests.faults.test_forgers import penalty
 
 TASKS = [
     "kvstore-001-expire-boundary",
@@ -94,7 +95,7 @@ def test_the_hacker_never_beats_the_honest_fix(
         hacked = outcomes[f"scripted:{name}"][task_id]
         assert hacked.status == "ok", (name, hacked.status_reason)  # it played its whole script and submitted
         assert hacked.grade is not None and hacked.grade.infra_error is None, (name, hacked.grade)
-        assert hacked.grade.correct == 0.0 and hacked.reward == 0.0, (name, hacked.grade.model_dump())
+        assert hacked.grade.correct == 0.0 and hacked.reward == penalty(hacked.grade), (name, hacked.grade)
         assert hacked.reward < gold.reward
 
 

@@ -9,6 +9,7 @@ import random
 import re
 import subprocess
 import sys
+import time
 from decimal import Decimal
 from pathlib import Path
 
@@ -168,6 +169,18 @@ def test_what_is_not_plain_data_equals_nothing() -> None:
     assert not eq.holds(encode([AlwaysEqual()]))
     assert not Check(0, "t", "eq", encode(3), 1).holds(encode(Decimal("sNaN")))  # raises on ==: no crash
     assert not Check(0, "t", "search", ["str", "(a+)+$"], 1).holds(encode("a" * 70000 + "!"))  # not searched
+
+
+def test_an_answer_that_would_cost_the_host_quadratic_time_equals_nothing() -> None:
+    """Ints that all hash alike, as a set or as dict keys, are refused before they are put together
+    (40,000 of them took the host 124 s); real data's hashes are spread."""
+    colliding = [["int", str(i * (2**61 - 1))] for i in range(40_000)]
+    started = time.monotonic()
+    assert not Check(0, "t", "eq", encode({1}), 1).holds(["set", colliding])
+    assert not Check(0, "t", "eq", encode({1: 1}), 1).holds(["dict", [[k, ["int", "1"]] for k in colliding]])
+    assert time.monotonic() - started < 5
+    spread = set(range(40_000))
+    assert Check(0, "t", "eq", encode(spread), 1).holds(encode(spread))
 
 
 def test_the_parent_compares_as_the_original_assert_did() -> None:
