@@ -26,6 +26,7 @@ import torch
 import yaml
 from safetensors.torch import load_file
 
+from envs.lifecycle import REAPER_LOG
 from harness.rollouts.store import read_lines
 from harness.training.checkpoint import latest_checkpoint
 from tests.conftest import require_backend
@@ -196,7 +197,7 @@ def check_readable(run: Path) -> Counter[str]:
 def check_clean(state_dir: Path, last_pid: int) -> None:
     """No sandbox, process, control group or socket is left, and no folder of a killed run."""
     assert leftovers(state_dir) == NOTHING
-    runs = [p.name for p in state_dir.iterdir()] if state_dir.is_dir() else []
+    runs = [p.name for p in state_dir.iterdir() if p.name != REAPER_LOG] if state_dir.is_dir() else []
     assert all(name.startswith(f"r{last_pid}-") for name in runs), runs  # the last run exited normally
 
 
