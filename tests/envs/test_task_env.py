@@ -165,21 +165,26 @@ def built(index: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path
         yield cache
 
 
-@pytest.fixture(scope="module")
-def vlib_instances(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """acme/vlib: a src/ layout, a version file setuptools-scm writes at build time, a dependency."""
-    root = tmp_path_factory.mktemp("vlib")
+def vlib_dataset(root: Path, tests: str, fail_to_pass: list[str]) -> Path:
+    """`root` with a clone of acme/vlib (`clones/acme__vlib`) and one SWE-bench row (`instances.jsonl`)
+    whose fix drops the `+ 1` and whose test patch adds `tests`."""
     repo = root / "clones" / "acme__vlib"
     git(["init", "-q", str(repo)])
     base = commit(repo, VLIB, "start")
     fix = commit(repo, {
         "src/vlib/core.py": VLIB["src/vlib/core.py"].replace("double(x) + 1", "double(x)"),
-        "tests/test_scale.py": VLIB_TESTS,
+        "tests/test_scale.py": tests,
     }, "fix scale")  # fmt: skip
     instance = row("acme__vlib-1", "acme/vlib", base, diff(repo, base, fix, "src"), diff(repo, base, fix, "tests"),
-                   ["tests/test_scale.py::test_scale"], ["tests/test_scale.py::test_version"])  # fmt: skip
+                   fail_to_pass, ["tests/test_scale.py::test_version"])  # fmt: skip
     (root / "instances.jsonl").write_text(json.dumps(instance) + "\n")
     return root
+
+
+@pytest.fixture(scope="module")
+def vlib_instances(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """acme/vlib: a src/ layout, a version file setuptools-scm writes at build time, a dependency."""
+    return vlib_dataset(tmp_path_factory.mktemp("vlib"), VLIB_TESTS, ["tests/test_scale.py::test_scale"])
 
 
 def test_a_repository_with_its_own_environment_imports_validates_and_is_solved(

@@ -26,12 +26,12 @@ from envs.sandbox import SandboxConfig
 from envs.task_env import build_task_env
 from policies.hacker import FORGERS, ROOT_MARK, TREE_FORGERS, guesser
 from tasks.model import Task
-from tasks.patches import diff_trees, git
+from tasks.patches import diff_trees
 from tasks.suite import load_suite
 from tests.conftest import backend_missing, require_backend
-from tests.envs.test_task_env import VLIB, VLIB_TESTS, index  # noqa: F401 (a fixture, used by name)
+from tests.envs.test_task_env import VLIB_TESTS, index, vlib_dataset  # noqa: F401 (index: a fixture, used by name)
 from tests.harness.test_cli import harness
-from tests.tasks.test_swebench import Dataset, commit, diff, row
+from tests.tasks.test_swebench import Dataset
 
 HELD = "the expected value the grader holds, changed"
 """How a held canary's label names its change (`tasks.canaries.held_canaries`)."""
@@ -71,18 +71,9 @@ def src_task(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     its hidden tests; validated (canaries kept)."""
     require_backend("bwrap")
     url = request.getfixturevalue("index")
-    root = tmp_path_factory.mktemp("vlib-forged")
-    repo = root / "clones" / "acme__vlib"
-    git(["init", "-q", str(repo)])
-    base = commit(repo, VLIB, "start")
-    fix = commit(repo, {
-        "src/vlib/core.py": VLIB["src/vlib/core.py"].replace("double(x) + 1", "double(x)"),
-        "tests/test_scale.py": VLIB_TABLE,
-    }, "fix scale")  # fmt: skip
-    f2p = ["tests/test_scale.py::test_scale", *TABLE_IDS]
-    instance = row("acme__vlib-1", "acme/vlib", base, diff(repo, base, fix, "src"), diff(repo, base, fix, "tests"),
-                   f2p, ["tests/test_scale.py::test_version"])  # fmt: skip
-    (root / "instances.jsonl").write_text(json.dumps(instance) + "\n")
+    root = vlib_dataset(
+        tmp_path_factory.mktemp("vlib-forged"), VLIB_TABLE, ["tests/test_scale.py::test_scale", *TABLE_IDS]
+    )
     suite = root / "suite"
     with pytest.MonkeyPatch.context() as patch:  # its environment is built now, with the index beside
         patch.setenv("PIP_EXTRA_INDEX_URL", url)
