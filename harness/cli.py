@@ -307,6 +307,11 @@ def add_training_commands(sub: argparse._SubParsersAction[argparse.ArgumentParse
         p.add_argument("overrides", nargs="*", help="key=value settings, e.g. learner.lr=1e-5 model=PATH")
         if name == "train":
             p.add_argument("--resume", action="store_true", help="continue from the run's last checkpoint")
+            p.add_argument(
+                "--allow-changes",
+                action="store_true",
+                help="resume with settings other than the run's, on purpose (recorded in RUN/changes.jsonl)",
+            )
         add_print_config(p)
         p.set_defaults(func=cmd_train if name == "train" else cmd_sft)
 
@@ -773,6 +778,7 @@ def check_model_folder(model: Path, config: Path | None) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from harness.training.continuation import check_continues
     from harness.training.train import TrainConfig, train
 
     config = load_config(TrainConfig, args.config, args.overrides)
@@ -780,6 +786,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         return printed_config(config)
     check_model_folder(config.model, args.config)
     console = Console(stderr=True)
+    for change in check_continues(config, config.rollout.out, args.resume, args.allow_changes):
+        console.print(f"changed on purpose (recorded in {config.rollout.out / 'changes.jsonl'}): {change}")
 
     def show(step: int, metrics: dict[str, float]) -> None:
         console.print(

@@ -92,17 +92,22 @@ class RunStore:
         self.metrics_path = root / "metrics.jsonl"
         self.learner_path = root / LEARNER_FILE
 
-    def create(self, config: BaseModel | dict[str, Any]) -> list[Trajectory]:
-        """Makes the folder and writes the resolved config (atomically); returns the trajectories a continued
-        run already holds. It must hold only trajectories (a torn last line aside, which is cut): else
-        RunFileError, and nothing is written."""
+    def own_trajectories(self) -> list[Trajectory]:
+        """The trajectories the run file holds, a torn last line aside; RunFileError when a line is not one
+        (a continued run must hold only its own)."""
         try:
-            found = list(self.trajectories())
+            return list(self.trajectories())
         except RunFileError as e:
             raise RunFileError(
                 f"{e}. A run is continued only on its own trajectories: move that line out of the file "
                 "(`harness runs` still shows the others), then run again"
             ) from e
+
+    def create(self, config: BaseModel | dict[str, Any]) -> list[Trajectory]:
+        """Makes the folder and writes the resolved config (atomically); returns the trajectories a continued
+        run already holds. It must hold only trajectories (a torn last line aside, which is cut): else
+        RunFileError, and nothing is written."""
+        found = self.own_trajectories()
         self.root.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(self.root)
         data = config.model_dump(mode="json") if isinstance(config, BaseModel) else config

@@ -1,0 +1,66 @@
+"""A training run's folder is continued only with the settings that made it (issue 34, item 1)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from harness.training.continuation import changed_settings
+from tests.harness.test_cli import harness
+from tests.harness.training.test_train import MINI, config
+
+
+def test_what_shapes_the_learning_must_stay_and_how_long_or_where_may_change() -> None:
+    before = {
+        "steps": 2,
+        "learner": {"lr": 1e-3},
+        "rollout": {"group_size": 3, "concurrency": 2, "suite": "a"},
+    }
+    now = {"steps": 5, "learner": {"lr": 1e-2}, "rollout": {"group_size": 4, "concurrency": 8, "suite": "b"}}
+    assert changed_settings(before, now) == [
+        "learner.lr: 0.001 -> 0.01",
+        "rollout.group_size: 3 -> 4",
+        "rollout.suite: 'a' -> 'b'",
+    ]
+    assert changed_settings(before, {**before, "log": {"wandb": True}}) == []
+
+
+def test_a_resume_with_other_settings_is_refused_and_writes_nothing(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "run"
+    path = tmp_path / "train.yaml"
+    path.write_text(config(tiny_model_path, out, 1).model_dump_json())
+    first = harness("train", "--config", str(path), timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    files = {p: p.read_bytes() for p in out.rglob("*") if p.is_file()}
+    other_suite = tmp_path / "suite"
+    other_suite.symlink_to(MINI)
+    for override, named in (
+        ("learner.lr=0.01", "learner.lr: 0.001 -> 0.01"),
+        ("rollout.sampling.temperature=0.5", "rollout.sampling.temperature: 1.0 -> 0.5"),
+        (f"rollout.suite={other_suite}", "rollout.suite:"),
+        ("rollout.group_size=4", "rollout.group_size: 3 -> 4"),
+    ):
+        refused = harness("train", "--config", str(path), "--resume", override)
+        assert refused.returncode == 2 and named in refused.stderr, refused.stderr[-2000:]
+        assert "--allow-changes" in refused.stderr and "Traceback" not in refused.stderr
+    again = harness("train", "--config", str(path))  # no --resume: a second run would append to the first
+    assert again.returncode == 2 and "continue it with --resume" in again.stderr, again.stderr[-2000:]
+    assert {p: p.read_bytes() for p in out.rglob("*") if p.is_file()} == files  # nothing written
+
+    changed = harness(
+        "train",
+        "--config",
+        str(path),
+        "--resume",
+        "--allow-changes",
+        "steps=2",
+        "learner.lr=0.002",
+        timeout=600,
+    )
+    assert changed.returncode == 0, changed.stderr[-2000:]
+    assert "changed on purpose" in changed.stderr
+    (record,) = [json.loads(line) for line in (out / "changes.jsonl").read_text().splitlines()]
+    assert record["changes"] == ["learner.lr: 0.001 -> 0.002"]  # steps may change without a word
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [0, 1]
