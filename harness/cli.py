@@ -724,7 +724,20 @@ def cmd_rollout(args: argparse.Namespace) -> int:
         print(summary.model_dump_json(indent=1))
     else:
         print_rollout_summary(summary, config.out)
-    return 0
+    return _infra_exit(summary, console)
+
+
+def _infra_exit(summary: RolloutSummary, console: Console) -> int:
+    """1 when every episode ended in `infra_error` (nothing was graded: the policy's server, the sandboxes
+    or the daemon failed), with the most common cause and where to read more; else 0."""
+    if not summary.trajectories or set(summary.statuses) != {"infra_error"}:
+        return 0
+    cause, count = max(summary.failures.items(), key=lambda kv: kv[1]) if summary.failures else ("?", 0)
+    console.print(
+        f"harness rollout: every episode ended in infra_error ({count} of {summary.trajectories}: {cause}); "
+        "nothing was graded. `harness replay --id ID` shows one; fix the cause, then run into another --out"
+    )
+    return 1
 
 
 def print_rollout_summary(summary: RolloutSummary, out: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,21 @@ def test_a_demo_whose_pass_rate_did_not_rise_says_so(
     assert (
         "The pass rate did not rise (0.250 after the warm start, 0.250 after GRPO)" in capsys.readouterr().err
     )
+
+
+def test_a_rollout_whose_every_episode_is_an_infra_error_exits_non_zero(tmp_path: Path) -> None:
+    """Issue 34, item 4: a policy server that does not answer leaves nothing graded; the command says so
+    in one line, with the cause, and exits 1 (it exited 0)."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))  # a port nothing listens on: bound, never accepting
+    port = listener.getsockname()[1]
+    try:
+        proc = harness("rollout", "--suite", "builtin", "--tasks", "kvstore-001-expire-boundary", "--policy",
+                       f"openai:m@http://127.0.0.1:{port}/v1", "--backend", "bwrap", "--out",
+                       str(tmp_path / "run"), timeout=300)  # fmt: skip
+    finally:
+        listener.close()
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    said = " ".join(proc.stderr.split())
+    assert "every episode ended in infra_error (1 of 1: APIConnectionError)" in said, said[-2000:]
+    assert "Traceback" not in proc.stderr
