@@ -132,9 +132,10 @@ def _hold(lock: Path) -> None:
     _held[lock] = fd  # a replaced one stays open and locked: a reaper that opened it finds it held
 
 
-def current_owner(state_dir: Path, expiry_s: float) -> Owner:
+def current_owner(state_dir: Path, expiry_s: float, containers: bool = True) -> Owner:
     """This process's owner record, written once to `state_dir/RUN/owner.json` of each state folder,
-    after the run's lock `state_dir/RUN.lock` is taken."""
+    after the run's lock `state_dir/RUN.lock` is taken; the first time, dead runs are reaped, their
+    containers too unless `containers` is False (a run on bubblewrap does not ask the Docker daemon)."""
     global _owner
     with _owner_lock:
         if _owner is None or _owner.pid != os.getpid():  # a forked child is a run of its own
@@ -157,7 +158,7 @@ def current_owner(state_dir: Path, expiry_s: float) -> Owner:
             tmp = run_dir / f".owner.json.{owner.pid}"
             tmp.write_text(owner.model_dump_json())
             tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written
-            reap(state_dir, _docker_client())  # a run's first sandbox clears what dead runs left
+            reap(state_dir, _docker_client() if containers else None)  # what dead runs left
         return owner
 
 

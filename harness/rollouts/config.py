@@ -114,11 +114,26 @@ is continued only with the same ones. The tasks, G, C, the sandbox backend and t
 
 
 def changed_producers(before: RolloutConfig, now: RolloutConfig) -> list[str]:
-    """`key: before -> now` for each of the PRODUCERS that differs."""
-    changed = []
-    for key in PRODUCERS:
-        old, new = getattr(before, key), getattr(now, key)
-        if old != new:
-            shown = [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in (old, new)]
-            changed.append(f"{key}: {shown[0]} -> {shown[1]}")
-    return changed
+    """`key: before -> now` for each setting under the PRODUCERS that differs (each leaf, so that a long
+    system prompt that did not change is not printed)."""
+    old, new = ({k: c.model_dump(mode="json")[k] for k in PRODUCERS} for c in (before, now))
+    return changed_settings(old, new)
+
+
+def flat(data: Any, prefix: str = "") -> dict[str, Any]:
+    """`{"a": {"b": 1}}` as `{"a.b": 1}`; lists and scalars are leaves."""
+    if not isinstance(data, dict) or not data:
+        return {prefix: data}
+    found: dict[str, Any] = {}
+    for key, value in data.items():
+        found |= flat(value, f"{prefix}.{key}" if prefix else str(key))
+    return found
+
+
+def changed_settings(before: dict[str, Any], now: dict[str, Any], free: tuple[str, ...] = ()) -> list[str]:
+    """`key: before -> now` for each leaf setting that differs, outside the keys `free` names (and what
+    is under them)."""
+    old, new = flat(before), flat(now)
+    keys = sorted(old.keys() | new.keys())
+    fixed = [k for k in keys if not any(k == c or k.startswith(f"{c}.") for c in free)]
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in fixed if old.get(k) != new.get(k)]

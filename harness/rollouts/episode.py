@@ -51,11 +51,11 @@ class SandboxPool:
     """
 
     def __init__(self, config: SandboxConfig) -> None:
-        current_owner(config.state_dir, config.expiry_s)
         try:
             config = config.model_copy(update={"backend": resolve_backend(config.backend)})
         except SandboxError:
             pass  # no backend at all: every start fails, as an infra error
+        current_owner(config.state_dir, config.expiry_s, containers=config.backend != "bwrap")
         self.config = config
         self.idle: dict[str, list[ReplacingSandbox]] = {}
         self.busy: set[ReplacingSandbox] = set()

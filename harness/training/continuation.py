@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from harness.rollouts.config import changed_settings
 from harness.rollouts.store import RunFileError, RunStore, append_line
 
 CHANGEABLE = (
@@ -46,24 +46,6 @@ def started(out: Path) -> bool:
     return False
 
 
-def flat(data: Any, prefix: str = "") -> dict[str, Any]:
-    """`{"a": {"b": 1}}` as `{"a.b": 1}`; lists and scalars are leaves."""
-    if not isinstance(data, dict) or not data:
-        return {prefix: data}
-    found: dict[str, Any] = {}
-    for key, value in data.items():
-        found |= flat(value, f"{prefix}.{key}" if prefix else str(key))
-    return found
-
-
-def changed_settings(before: dict[str, Any], now: dict[str, Any]) -> list[str]:
-    """`key: before -> now` for each leaf setting that differs, outside `CHANGEABLE`."""
-    old, new = flat(before), flat(now)
-    keys = sorted(old.keys() | new.keys())
-    fixed = [k for k in keys if not any(k == c or k.startswith(f"{c}.") for c in CHANGEABLE)]
-    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in fixed if old.get(k) != new.get(k)]
-
-
 def check_continues(config: BaseModel, out: Path, resume: bool, allow_changes: bool) -> list[str]:
     """Refuses (RunFileError, nothing written) a run on a folder that holds one without `resume`, and a
     resume with other settings than the run's without `allow_changes`; returns the changes allowed, which
@@ -82,7 +64,7 @@ def check_continues(config: BaseModel, out: Path, resume: bool, allow_changes: b
         raise RunFileError(
             f"{path}: not the config of a training run ({' '.join(str(e).split())[:300]})"
         ) from e
-    changes = changed_settings(before.model_dump(mode="json"), config.model_dump(mode="json"))
+    changes = changed_settings(before.model_dump(mode="json"), config.model_dump(mode="json"), CHANGEABLE)
     if changes and not allow_changes:
         raise RunFileError(
             f"{out} was trained with other settings ({'; '.join(changes)}): resume it with the settings it "

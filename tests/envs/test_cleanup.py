@@ -20,9 +20,13 @@ import docker
 import psutil
 import pytest
 
+from envs import lifecycle
 from envs.docker import client
+from envs.factory import start_sandbox
 from envs.lifecycle import LABEL, REAPER_LOG, Owner, current_owner, reap, start_ticks
 from envs.remote import ExecutorSandbox
+from envs.sandbox import SandboxConfig
+from tests.conftest import require_backend
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
@@ -304,3 +308,21 @@ def test_a_reused_pid_keeps_no_dead_run_alive_and_a_removed_state_folder_kills_n
         live.communicate("")
     reap(state_dir)
     assert not (state_dir / owner.run_id).exists()  # dead now: its pid is gone
+
+
+def test_a_run_on_bubblewrap_never_asks_the_docker_daemon(
+    sample_repo: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 34, item 9: its first sandbox reaps dead runs' folders and control groups, not containers
+    (a bwrap-only host may have no daemon: each start waited for one)."""
+    require_backend("bwrap")
+
+    def no_daemon() -> None:
+        raise AssertionError("a bwrap run asked the Docker daemon")
+
+    monkeypatch.setattr(lifecycle, "_docker_client", no_daemon)
+    sandbox = start_sandbox(SandboxConfig(backend="bwrap", state_dir=tmp_path / "state"), sample_repo)
+    try:
+        assert sandbox.run("echo alive").output == "alive\n"
+    finally:
+        sandbox.close()

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.training.continuation import changed_settings
+from harness.rollouts.config import RolloutConfig, changed_producers
+from harness.training.continuation import CHANGEABLE, changed_settings
 from tests.harness.test_cli import harness
 from tests.harness.training.test_train import MINI, config
 
@@ -17,12 +18,19 @@ def test_what_shapes_the_learning_must_stay_and_how_long_or_where_may_change() -
         "rollout": {"group_size": 3, "concurrency": 2, "suite": "a"},
     }
     now = {"steps": 5, "learner": {"lr": 1e-2}, "rollout": {"group_size": 4, "concurrency": 8, "suite": "b"}}
-    assert changed_settings(before, now) == [
+    assert changed_settings(before, now, CHANGEABLE) == [
         "learner.lr: 0.001 -> 0.01",
         "rollout.group_size: 3 -> 4",
         "rollout.suite: 'a' -> 'b'",
     ]
-    assert changed_settings(before, {**before, "log": {"wandb": True}}) == []
+    assert changed_settings(before, {**before, "log": {"wandb": True}}, CHANGEABLE) == []
+
+
+def test_a_rollout_run_names_only_the_setting_that_changed() -> None:
+    """Issue 34, item 9: the refusal printed the whole loop settings, system prompt and all."""
+    before = RolloutConfig.model_validate({"suite": "builtin", "policy": "scripted:gold"})
+    now = before.model_copy(update={"sampling": before.sampling.model_copy(update={"temperature": 0.5})})
+    assert changed_producers(before, now) == [f"sampling.temperature: {before.sampling.temperature!r} -> 0.5"]
 
 
 def test_a_resume_with_other_settings_is_refused_and_writes_nothing(
