@@ -197,11 +197,13 @@ def test_a_run_folder_is_continued_only_by_the_settings_that_made_it(tmp_path: P
     rollout(config)
     written = (out / "config.yaml").read_text()
     other = config.model_copy(update={"policy": "scripted:decoy"})
-    with pytest.raises(RunFileError, match=r"policy: scripted:gold -> scripted:decoy[\s\S]*another --out"):
+    with pytest.raises(
+        RunFileError, match=r"policy: 'scripted:gold' -> 'scripted:decoy'[\s\S]*another --out"
+    ):
         rollout(other)
     hotter = config.model_copy(update={"sampling": config.sampling.model_copy(update={"temperature": 0.3})})
-    with pytest.raises(RunFileError, match="sampling"):
-        rollout(hotter)
+    with pytest.raises(RunFileError, match=r"\(sampling\.temperature: [0-9.]+ -> 0\.3\)"):
+        rollout(hotter)  # the one setting that changed, not its whole section
     assert (out / "config.yaml").read_text() == written  # the refused runs wrote nothing
     summary = rollout(config.model_copy(update={"group_size": 2, "concurrency": 1}))
     assert summary.trajectories == 2 * len(load_suite(str(MINI)))
