@@ -548,8 +548,10 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
         print(json.dumps(rows, indent=1))
         return 0
     table = Table(title=f"suite {args.suite}: {len(rows)} tasks")
-    for column in ("id", "repository", "title"):
-        table.add_column(column)
+    longest = max((len(row["id"]) for row in rows), default=2)
+    table.add_column("id", no_wrap=True, min_width=longest)  # an id is never cut: it is what commands take
+    table.add_column("repository", no_wrap=True)
+    table.add_column("title", overflow="fold")
     for row in rows:
         table.add_row(row["id"], row["repository"], row["title"])
     Console().print(table)

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tasks.suite import load_suite
 from tests.conftest import builtin_sample
-from tests.harness.test_cli import harness
+from tests.harness.test_cli import HARNESS, harness
 
 MINI = Path(__file__).parents[1] / "data" / "suites" / "mini"
 
@@ -23,6 +25,9 @@ def test_tasks_list_json_and_table() -> None:
     ]
     proc = harness("tasks", "list", "--suite", "builtin")
     assert proc.returncode == 0 and "tasks" in proc.stdout
+    narrow = subprocess.run([*HARNESS, "tasks", "list", "--suite", "builtin"], capture_output=True, text=True,
+                            env={**os.environ, "COLUMNS": "40"}, timeout=60)  # fmt: skip
+    assert all(t.id in narrow.stdout for t in load_suite("builtin")), narrow.stdout  # ids are never cut
 
 
 def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str, tmp_path: Path) -> None:
