@@ -107,6 +107,12 @@ def ready(task: Task, backend: str) -> SandboxConfig:
     return SandboxConfig(backend=backend)  # type: ignore[arg-type]
 
 
+def placed(task: Task, path: str) -> str:
+    """A tree forger's path in `task`'s repository: `{root}` is the folder its packages live in."""
+    root = task.environment.package_root if task.environment else ""
+    return path.replace(ROOT_MARK, f"{root}/" if root else "")
+
+
 def forged(task: Task, tail: str, tmp_path: Path, files: dict[str, str] | None = None) -> str:
     """A patch that appends `tail` to the module the gold patch fixes, adds `files` (`{root}`: the
     folder the packages live in), and fixes nothing."""
@@ -116,10 +122,9 @@ def forged(task: Task, tail: str, tmp_path: Path, files: dict[str, str] | None =
     shutil.copytree(task.repo, copy, ignore=shutil.ignore_patterns(".git"))
     module = copy / target.group(1)
     module.write_text(module.read_text() + "\n" + tail)
-    root = f"{task.environment.package_root}/" if task.environment and task.environment.package_root else ""
     for path, text in (files or {}).items():
-        (copy / path.replace(ROOT_MARK, root)).parent.mkdir(parents=True, exist_ok=True)
-        (copy / path.replace(ROOT_MARK, root)).write_text(text)
+        (copy / placed(task, path)).parent.mkdir(parents=True, exist_ok=True)
+        (copy / placed(task, path)).write_text(text)
     return diff_trees(task.repo, copy)
 
 
@@ -185,14 +190,7 @@ def test_a_forger_made_of_files_scores_nothing(
             f"{name} on {task.id}:\n{summary(grade)}"
         )
         if forger.stopped_by == "judge":
-            root = (
-                f"{task.environment.package_root}/"
-                if task.environment and task.environment.package_root
-                else ""
-            )
-            assert {p.replace(ROOT_MARK, root) for p in forger.files} <= set(grade.dropped_paths), summary(
-                grade
-            )
+            assert {placed(task, p) for p in forger.files} <= set(grade.dropped_paths), summary(grade)
         if forger.stopped_by == "canaries":
             assert any(t.startswith("canary ") for t in grade.tampering) or set(
                 grade.fail_to_pass.values()
