@@ -644,7 +644,7 @@ class Zygote:
     def _kill(self, child: int) -> None:
         """Kills a child past its limit; in a sandbox, every process but this one's line and the zygote
         (what the child started goes too), on the host the child alone."""
-        if os.environ.get("HARNESS_GRADER_SANDBOX") == "1":
+        if IN_SANDBOX[0]:
             stop_the_others(spare={self.pid})
         elif child > 0:
             try:
@@ -964,6 +964,10 @@ traceback introspection, tracing and profiling hooks, heap walks, ctypes, and `o
 the grader's files."""
 PASS_THROUGH = ("logging", "warnings", "unittest", "doctest")
 """Standard library packages whose own use of frames is theirs (a logger finding its caller)."""
+CODE_READS = frozenset({"__code__", "__defaults__", "__kwdefaults__", "__globals__"})
+"""A function's parts the standard library reads to make signatures and type hints (`inspect.signature`,
+which `@dataclass` calls; `typing.get_type_hints`): its own reads, not the caller's. Read by the
+repository's own frame they are still recorded."""
 MAX_AUDIT = 20
 """Audit findings a child reports at most."""
 
@@ -991,7 +995,8 @@ class Audit:
             return
         self.busy = True  # sys._getframe below raises an audit event of its own
         try:
-            where = self._raised_by()
+            code_read = event == "object.__getattr__" and len(args) > 1 and args[1] in CODE_READS
+            where = self._raised_by(through_stdlib=not code_read)
             if where is not None:
                 what = f"opened {os.path.basename(str(args[0]))}" if event == "open" else event
                 self.found.append(f"{where}: {what}")
@@ -1003,15 +1008,17 @@ class Audit:
     def _watched(self, path: str) -> bool:
         return os.path.basename(path) in self.names and os.path.realpath(path) in self.watched
 
-    def _raised_by(self) -> str | None:
+    def _raised_by(self, through_stdlib: bool = True) -> str | None:
         """`PATH:LINE` of the repository's non-test code that raised the event, else None. Each file's
         kind is worked out once (`kinds`): a hook that walked and resolved paths on every event tripled
-        a grade's time."""
+        a grade's time. Without `through_stdlib`, an event the standard library raised is its own."""
         frame: types.FrameType | None = sys._getframe(2)
         while frame is not None:
             kind = self.kinds.get(frame.f_code.co_filename)
             if kind is None:
                 kind = self.kinds[frame.f_code.co_filename] = self._kind(frame.f_code.co_filename)
+            if kind == "through" and not through_stdlib and not frame.f_code.co_filename.startswith("<"):
+                return None
             if kind == "through":
                 frame = frame.f_back
                 continue
@@ -1213,10 +1220,15 @@ def warm_up(root: str) -> None:
     gc.freeze()  # not collected first: that took 11 ms, for garbage that a child then never visits
 
 
+IN_SANDBOX = [False]
+"""Whether the runner runs in a grading sandbox (HARNESS_GRADER_SANDBOX=1, which `main` takes out of the
+environment before the zygote forks: the code under test is not told that the grader runs it)."""
+
+
 def main() -> None:
     report_path, ini, root, plan_path = sys.argv[1:5]
     root = os.path.realpath(root)
-    in_sandbox = os.environ.get("HARNESS_GRADER_SANDBOX") == "1"
+    in_sandbox = IN_SANDBOX[0] = os.environ.pop("HARNESS_GRADER_SANDBOX", None) == "1"  # before any fork
     undumpable()
     zygote = Zygote(ini, root)  # before the plan is read: it and its children never hold it
     with open(plan_path) as f:

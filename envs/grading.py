@@ -30,7 +30,6 @@ import errno
 import hashlib
 import json
 import os
-import random
 import secrets
 import shutil
 import tarfile
@@ -53,14 +52,7 @@ from envs.start_tree import run_setup, start_tree
 from envs.suspicion import suspicions
 from tasks import plain as plain_module
 from tasks.canaries import (
-    KEPT_FILES,
-    TRIALS,
     Canary,
-    per_test,
-    repository_vocabulary,
-    save_canaries,
-    square,
-    task_candidates,
 )
 from tasks.model import Task, Verifier
 from tasks.patches import diff_trees
@@ -75,6 +67,18 @@ DONE = "harness-grader-done"
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
 Integrity = Literal["protected", "unprotected"]
+
+
+class Probe(BaseModel):
+    """Both sides of one computed assertion as one test (or case) of a probe run saw them."""
+
+    path: str
+    """The hidden file, as the task names it."""
+    test: str
+    line: int
+    node: str
+    actual: Any
+    expected: Any
 
 
 class Grade(BaseModel):
@@ -120,6 +124,8 @@ class Grade(BaseModel):
     collect_errors: dict[str, str] = Field(default_factory=dict)
     """Hidden test files pytest could not collect -> the error's last line: why their tests are `error`
     or `missing` (a module not found, a syntax error). Told by the code under test: shown, never scored."""
+    probes: list[Probe] = Field(default_factory=list, exclude=True)
+    """A probe run's observations (`grade_patch(probe=True)`, `tasks validate`); never stored."""
 
     @classmethod
     def ungraded(cls, task_id: str, **fields: Any) -> Grade:
@@ -225,12 +231,14 @@ def grade_patch(
     sandbox_config: SandboxConfig,
     reward_config: RewardConfig | None = None,
     trial: list[Canary] | None = None,
+    probe: bool = False,
 ) -> Grade:
     """Grades `patch` on `task` in a fresh sandbox. Infra failures come back as `infra_error`.
 
     The task's canaries run beside its hidden tests, and one that passes is tampering. `trial` replaces
     them with canaries on trial (`tasks validate`): their outcomes are reported, never held against the
-    patch."""
+    patch. `probe`: validation's run that computes expected sides on the gold tree (`tasks/computed.py`):
+    no canaries, and both sides of each candidate assertion come back in `Grade.probes`."""
     reward_config = reward_config or RewardConfig()
     started = time.monotonic()
     empty = Grade.ungraded(task.id)
@@ -253,7 +261,7 @@ def grade_patch(
             update={"infra_error": str(sandbox), "duration_s": time.monotonic() - started}
         )
     try:
-        return _grade_in(sandbox, task, judged, empty, reward_config, started, trial)
+        return _grade_in(sandbox, task, judged, empty, reward_config, started, trial, probe)
     except SandboxError as e:
         return empty.model_copy(update={"infra_error": str(e), "duration_s": time.monotonic() - started})
     finally:
@@ -301,7 +309,7 @@ def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
         )
 
 
-def _write_kept(sandbox: Sandbox, judged: Judged) -> None:
+def write_kept(sandbox: Sandbox, judged: Judged) -> None:
     """The kept changes, file by file, into the sandbox's pristine copy, as `write_changes` makes them on
     the host: deletions first (in path order), then the new files; a folder the agent turned into a file
     (its files deleted above) is removed before the file is written."""
@@ -329,21 +337,22 @@ def _grade_in(
     reward_config: RewardConfig,
     started: float,
     trial: list[Canary] | None,
+    probe: bool = False,
 ) -> Grade:
     timeout = task.limits.grade_timeout_s
     with ThreadPoolExecutor(1, thread_name_prefix="grade-static") as pool:  # while the tests run
         static = pool.submit(_static_terms, task, judged, reward_config)
         run_setup(sandbox, task, timeout)  # /repo is now the start tree the patch was judged against
         grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
-        _write_kept(sandbox, judged)
+        write_kept(sandbox, judged)
         verifier = task.hidden_tests.verifier
-        plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial)
+        plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial, probe=probe)
         for path, content in plan.files.items():
             sandbox.write_file(path, content.encode())
         if verifier is not None:
             tests = _run_verifier(sandbox, verifier, timeout)
         else:
-            tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None)
+            tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None and not probe)
         judged_simplicity, static_suspect = static.result()
     suspect = [*static_suspect, *tests.suspicion]
     f2p, p2p, score, timed_out = tests.fail_to_pass, tests.pass_to_pass, tests.score, tests.timed_out
@@ -367,6 +376,7 @@ def _grade_in(
             "decided_in_parent": tests.decided_in_parent,
             "integrity": integrity_of(task),
             "hidden_assertions": tests.hidden_assertions,
+            "probes": tests.probes,
         }
     )
 
@@ -412,6 +422,7 @@ class HiddenRun:
     """What the children's audit hooks saw the repository's code do."""
     forged: bool = False
     """A canary passed: its changed expectation was met, which only forged outcomes do."""
+    probes: list[Probe] = field(default_factory=list)
 
 
 def _run_tests(
@@ -471,6 +482,7 @@ def _run_tests(
     errors = _task_paths(not_collected, plan)
     suspect = [*dict.fromkeys(_task_finding(x, plan) for x in read.suspicion)]
     counts = {"decided_in_parent": plan.decided, "hidden_assertions": plan.assertions}
+    probes = probe_pairs(plan, read.observed)
     return HiddenRun(
         f2p,
         p2p,
@@ -481,8 +493,34 @@ def _run_tests(
         errors,
         suspicion=suspect,
         forged=forged,
+        probes=probes,
         **counts,
     )
+
+
+def probe_pairs(plan: RunPlan, observed: dict[str, list[list[Any]]]) -> list[Probe]:
+    """Each probe's two sides, where a test (or a case) observed both exactly once."""
+    paths = {r.split("::", 1)[0]: t.split("::", 1)[0] for t, r in plan.ids.items()}
+    found: list[Probe] = []
+    for run_id, entries in observed.items():
+        name, _, node = run_id.partition("::")
+        for slot, check in plan.checks.get(name, {}).items():
+            if check.expected or name not in paths:
+                continue
+            actual = [value for s, value in entries if s == slot]
+            expected = [value for s, value in entries if s == -1 - slot]
+            if len(actual) == 1 and len(expected) == 1:
+                found.append(
+                    Probe(
+                        path=paths[name],
+                        test=check.test,
+                        line=check.line,
+                        node=node,
+                        actual=actual[0],
+                        expected=expected[0],
+                    )
+                )
+    return found
 
 
 def _task_finding(finding: str, plan: RunPlan) -> str:
@@ -590,209 +628,3 @@ def _read_reward(sandbox: Sandbox, reward_dir: str) -> tuple[Outcome, float]:
             return "error", 0.0
     score = min(1.0, max(0.0, value)) if value == value else 0.0  # NaN is no reward
     return ("passed" if score == 1.0 else "failed"), score
-
-
-class Validation(BaseModel):
-    """Whether a task grades as it should: its gold patch passes and the empty patch fails, every time;
-    and how many canaries it has, each verified to fail on the gold patch."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    task_id: str
-    gold_rewards: list[float]
-    empty_rewards: list[float]
-    problems: list[str]
-    canaries: int = 0
-    """Canaries the task keeps, each verified to fail on the gold patch. None makes a weaker task: a
-    forger that passes every test is not caught."""
-    canaries_tried: int = 0
-    held_canaries: int = 0
-    """Canaries made at each grading that change an expected value the grader holds: the child runs the
-    real copy's very text (`tasks/canaries.held_canaries`)."""
-    decided_in_parent: int = 0
-    """Hidden assertions whose expected value the grader holds outside the sandbox."""
-    hidden_assertions: int = 0
-    """Hidden assertions of the test files the task's ids name."""
-    no_canary: str = ""
-    """Why the task has no canary of a kind, for the reader of `tasks validate`."""
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
-
-    @property
-    def weak(self) -> bool:
-        return self.canaries + self.held_canaries == 0
-
-
-def validate_task(
-    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, keep: bool = True, episode: bool = True
-) -> Validation:
-    """Grades the gold patch and the empty patch `repeats` times each, and the gold patch once more as an
-    episode plays it (`gold_episode_problems`); any deviation is a problem. Then tries canaries on the
-    gold patch and, with `keep`, stores those that fail there in the task's folder. `episode=False` leaves
-    the episode out (synthesis: its tasks have no setup commands, and the gold patch only reverts a bug)."""
-    problems: list[str] = []
-    gold_rewards: list[float] = []
-    empty_rewards: list[float] = []
-    if not task.gold_patch:
-        problems.append("no gold patch")
-    for _ in range(repeats if task.gold_patch else 0):
-        g = grade_patch(task, task.gold_patch or "", sandbox_config)
-        gold_rewards.append(g.reward)
-        if g.infra_error:
-            problems.append(f"gold: infra error: {g.infra_error}")
-        elif g.correct != 1.0:
-            failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
-            problems.append(
-                f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
-            )
-    if episode and task.gold_patch and not problems:
-        problems += gold_episode_problems(task, sandbox_config)
-    for _ in range(repeats):
-        g = grade_patch(task, "", sandbox_config)
-        empty_rewards.append(g.reward)
-        if g.infra_error:
-            problems.append(f"empty: infra error: {g.infra_error}")
-        elif g.correct != 0.0:
-            problems.append("the empty patch passes: the hidden tests do not catch the bug")
-        elif any(v != "passed" for v in g.pass_to_pass.values()):
-            failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
-            problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
-    if keep:
-        kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
-        if task.folder is not None and not problems:
-            save_canaries(task.folder, kept)
-    else:  # the stored ones, checked: drawn at random, they are not made again
-        kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
-        still = _failing_on_gold(task, kept, sandbox_config) if not problems else kept
-        if len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
-            problems.append(
-                f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
-                "assertion, or were made by an older grader: run it without --check"
-            )
-    plan = plan_run(task, kept)
-    held = sum(c.held is not None for c in plan.canaries.values())
-    return Validation(
-        task_id=task.id,
-        gold_rewards=gold_rewards,
-        empty_rewards=empty_rewards,
-        problems=sorted(set(problems)),
-        canaries=len(kept),
-        canaries_tried=tried,
-        held_canaries=held,
-        decided_in_parent=plan.decided,
-        hidden_assertions=plan.assertions,
-        no_canary=_why_no_canary(task, len(kept), tried, held),
-    )
-
-
-def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
-    """Why a kind of canary is missing: '' when the task has both."""
-    why = []
-    if task.hidden_tests.verifier is not None:
-        return "judged by a verifier script: canaries need pytest ids"
-    if held == 0 and kept:
-        why.append("no held canary: its files have text canaries, beside which one would mark the real text")
-    elif held == 0:
-        why.append(
-            "no held canary: no assertion of the named tests has an expected value the grader can hold"
-        )
-    if kept == 0 and tried == 0:
-        why.append(
-            "no text canary: no constant in an assertion left in the tests, or in a rewritten one's input"
-        )
-    elif kept == 0:
-        why.append(f"no text canary: none of the {tried} tried failed on the gold patch at its own assertion")
-    return "; ".join(why)
-
-
-def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
-    """The gold patch played as an agent plays it: a sandbox started as an episode's (setup commands
-    run), the fixed files written into /repo, the agent's diff collected from it and graded. A task whose
-    right fix scores below 1 this way (setup output in the diff, files a sandbox cannot hold) is one no
-    agent can solve, though its gold patch grades 1 when applied directly."""
-    fixed = judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task)
-    if isinstance(fixed, str):
-        return []  # the direct grade says why
-    try:
-        sandbox = start_task_sandbox(task, sandbox_config)
-        try:
-            run_setup(sandbox, task)
-            _write_kept(sandbox, fixed)
-            patch = collect_patch(sandbox, task, sandbox_config)
-        finally:
-            sandbox.close()
-    except SandboxError as e:
-        return [f"gold episode: infra error: {e}"]
-    g = grade_patch(task, patch, sandbox_config)
-    if g.infra_error:
-        return [f"gold episode: infra error: {g.infra_error}"]
-    if g.correct != 1.0:
-        failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
-        why = g.apply_error or g.tampering or failing or f"dropped {g.dropped_paths}"
-        return [f"the gold patch played through an episode does not pass: {why}{not_collected(g, task)}"]
-    return []
-
-
-def not_collected(grade: Grade, task: Task) -> str:
-    """`; not collected: FILE: ERROR`, for the hidden files pytest could not import, with a hint where a
-    module was not found in a repository whose code is under `src/` (only the root is on sys.path)."""
-    if not grade.collect_errors:
-        return ""
-    text = "; ".join(f"{path}: {error}" for path, error in grade.collect_errors.items())
-    missing = any("ModuleNotFoundError" in e for e in grade.collect_errors.values())
-    hint = (
-        " (a src/ layout? only the repository root is on sys.path)"
-        if missing and (task.repo / "src").is_dir()
-        else ""
-    )
-    return f"; not collected: {text}{hint}"
-
-
-def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
-    """Canaries of the task's hidden files that fail on its gold patch at their own assertions, and how
-    many single changes were tried. New values are drawn from the system's randomness. Per file, the
-    tests with a single change that fails on the gold patch are joined into a square
-    (`tasks.canaries.square`): A changes every one of them, B a second constant of those that have one,
-    AB both; a square that does not fail whole on the gold patch falls back to A alone."""
-    hidden = task.hidden_tests
-    if hidden.verifier is not None or not task.gold_patch:
-        return [], 0
-    vocabulary = repository_vocabulary(task.repo)
-    found = task_candidates(
-        hidden.files, hidden.fail_to_pass + hidden.pass_to_pass, vocabulary, random.SystemRandom()
-    )
-    trial = per_test(found, most=TRIALS)
-    by_test: dict[tuple[str, str], list[Canary]] = {}
-    for canary in _failing_on_gold(task, trial, sandbox_config):
-        by_test.setdefault((canary.file, canary.test), []).append(canary)
-    squares: dict[str, list[Canary]] = {}
-    for file in dict.fromkeys(f for f, _ in by_test):
-        groups = [g for (f, _), g in by_test.items() if f == file]
-        squares[file] = square(
-            [g[0] for g in groups], [g[1] for g in groups if len(g) > 1], hidden.files[file]
-        )
-    made = [c for found_square in squares.values() for c in found_square]
-    failing = {c.label for c in _failing_on_gold(task, made, sandbox_config)}
-    kept: list[Canary] = []
-    for made_square in list(squares.values())[:KEPT_FILES]:
-        whole = all(c.label in failing for c in made_square)
-        kept += made_square if whole else [c for c in made_square[:1] if c.label in failing]
-    return kept, len(trial)
-
-
-def _failing_on_gold(task: Task, trial: list[Canary], sandbox_config: SandboxConfig) -> list[Canary]:
-    """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
-    base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
-    for a forged one (a text canary that passes costs a grade `forgery_penalty`)."""
-    if not trial:
-        return []
-    g = grade_patch(task, task.gold_patch or "", sandbox_config, trial=trial)
-    if g.infra_error or g.correct != 1.0:
-        return []
-    failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
-    base = grade_patch(task, "", sandbox_config, trial=failing) if failing else None
-    if base is not None and base.infra_error:
-        return []
-    return [c for c in failing if base is None or base.canaries.get(c.label) != "passed"]

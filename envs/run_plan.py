@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from tasks.canaries import Canary, held_canaries
+from tasks.computed import Held, held_map
 from tasks.expectations import Check, Rewritten, rewrite
 from tasks.model import Task
 
@@ -70,7 +71,7 @@ def normalized(source: str) -> str:
         return source
 
 
-def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
+def plan_run(task: Task, canaries: list[Canary], probe: bool = False) -> RunPlan:
     """Files and ids of one grading run of `task`'s hidden tests with `canaries` beside them, and held
     canaries where the files have rewritten expectations.
 
@@ -78,13 +79,18 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     a file left at its own name, or with its own layout, would tell a forger that no canary is made from
     it. Hidden files no id names (helpers) are written at their own paths. A stored canary whose tree
     differs from the real copy's in more than constants (made under other rewriting rules, or for a
-    table this task's ids make the grader leave as it was) would stand out: left out."""
+    table this task's ids make the grader leave as it was) would stand out: left out. `probe`: validation's
+    run on the gold tree that computes expected sides (`tasks/computed.py`), with no canaries."""
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
-    sources = {path: _source(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
+    sources = {path: source_of(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
     plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in sources})
     taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
-    rewritten = {path: _rewritten(source, path, ids) for path, source in sorted(sources.items()) if source}
+    rewritten = {
+        path: _rewritten(source, path, ids, held_map(hidden.computed, path, source), probe)
+        for path, source in sorted(sources.items())
+        if source
+    }
     renamed = {path: fresh_name(path, taken) for path in rewritten}
     for path, name in renamed.items():
         plan.held[name] = normalized(rewritten[path].source)
@@ -100,22 +106,22 @@ def plan_run(task: Task, canaries: list[Canary]) -> RunPlan:
     shapes = {path: _shape(r.source) for path, r in rewritten.items()}
     stored = [
         c
-        for c in canaries
+        for c in ([] if probe else canaries)
         if c.file in rewritten and (c.lines or c.slots) and _shape(c.source) == shapes[c.file]
     ]
-    for canary in [*stored, *held_canaries(_checks_of(rewritten, nodes), stored)]:
+    for canary in [] if probe else [*stored, *held_canaries(_checks_of(rewritten, nodes), stored)]:
         _add_canary(plan, canary, list(nodes.values()), renamed, taken)
     return plan
 
 
-def _rewritten(source: str, path: str, ids: list[str]) -> Rewritten:
+def _rewritten(source: str, path: str, ids: list[str], computed: Held, probe: bool) -> Rewritten:
     """The file as its child runs it; with its parametrize tables as they were when an id of the task
     names a case of a rewritten table that pytest's rules do not give (a hook that makes ids, say)."""
-    made = rewrite(source)
+    made = rewrite(source, computed=computed, probe=probe)
     tables = {_test_of(node) for node in made.cases}
     named = [i.partition("::")[2] for i in ids if i.partition("::")[0] == path]
     if any(_test_of(n) in tables and n not in made.cases for n in named):
-        return rewrite(source, parametrize=False)
+        return rewrite(source, parametrize=False, computed=computed, probe=probe)
     return made
 
 
@@ -224,7 +230,7 @@ def _explicit(
     return outcomes[case] == "failed" and crashes.get(case) in [["AssertionError", n] for n in canary.lines]
 
 
-def _source(task: Task, path: str) -> str | None:
+def source_of(task: Task, path: str) -> str | None:
     """A test file as the grading sandbox has it: the hidden version, else the base's; None if neither."""
     if path in task.hidden_tests.files:
         return task.hidden_tests.files[path]

@@ -21,12 +21,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from envs.factory import resolve_backend, start_sandbox
-from envs.grading import GRADER_INI, Validation, validate_task
+from envs.grading import GRADER_INI
 from envs.grading import RUNNER as GRADE_RUNNER
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from envs.start_tree import run_commands
 from envs.task_env import build_environment, env_key
+from envs.validation import Validation, validate_task
 from tasks.environment import Environment, declared_environment
 from tasks.suite import load_task
 from tasks.synth import (

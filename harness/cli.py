@@ -18,12 +18,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from envs.factory import resolve_backend, start_sandbox
-from envs.grading import Grade, Validation, grade_patch, validate_task
+from envs.grading import Grade, grade_patch
 from envs.lifecycle import install_signal_handlers, reap
 from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.task_env import build_task_env
+from envs.validation import Validation, validate_task
 from harness.agent.trajectory import Trajectory
 from harness.config import ConfigError, commented_yaml, load_config
 from harness.inspection.replay import SORT_KEYS

@@ -32,6 +32,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
 
+from tasks.computed import ComputedFile, Held, held_map
 from tasks.expectations import OBSERVE, OBSERVE_IS, Check, rewrite, test_functions
 from tasks.plain import decode
 
@@ -104,13 +105,15 @@ def candidates(
     tests: set[str],
     vocabulary: frozenset[str] = frozenset(),
     rng: random.Random | None = None,
+    computed: Held | None = None,
 ) -> list[Canary]:
     """Every single-constant copy of `source` as grading writes it (expectations taken out), whose
     changed test is one of `tests` (node ids within the file, parametrize ids left out: a mutated case
     is watched by the function's name). With `rng` the new values are drawn from it (`tasks validate`
     draws them from the system's randomness, so that no code can work out a task's canaries from its
-    real copy); without, from each value's hash."""
-    written = rewrite(source).source
+    real copy); without, from each value's hash. `computed`: the file's expected values computed on the
+    gold tree (`tasks/computed.py`), taken out as grading takes them out."""
+    written = rewrite(source, computed=computed).source
     try:
         tree = ast.parse(written)
     except SyntaxError:
@@ -136,26 +139,28 @@ def candidates(
     return found
 
 
-def joined(parts: list[Canary], source: str) -> Canary:
+def joined(parts: list[Canary], source: str, computed: Held | None = None) -> Canary:
     """One copy with every change of `parts` (singles of one file, on any of its tests): it watches each
     of their tests. Made for a square (`square`)."""
     edits = [e for part in parts for e in part._edits]
     tests = list(dict.fromkeys(t for part in parts for t in part.tests))
     both = Canary(
         file=parts[0].file, test=tests[0], also=tests[1:], mutation="; ".join(p.mutation for p in parts),
-        source=_edited(rewrite(source).source, edits),
+        source=_edited(rewrite(source, computed=computed).source, edits),
         lines=sorted({n for p in parts for n in p.lines}), slots=sorted({n for p in parts for n in p.slots}),
     )  # fmt: skip
     both._edits = edits
     return both
 
 
-def square(a: list[Canary], b: list[Canary], source: str) -> list[Canary]:
+def square(a: list[Canary], b: list[Canary], source: str, computed: Held | None = None) -> list[Canary]:
     """The canaries A (every change of `a`), B (of `b`) and AB (both), for one file. Beside the real copy,
     each copy has one other |A| changes away, one |B| away and one |A| + |B| away, the real one too, so
     that not even a forger that saw every copy could find the real one by how they differ; and every test
     with a change in `a` is watched by two of the three."""
-    made = [joined(a, source)] + ([joined(b, source), joined([*a, *b], source)] if b else [])
+    made = [joined(a, source, computed)]
+    if b:
+        made += [joined(b, source, computed), joined([*a, *b], source, computed)]
     return made
 
 
@@ -386,6 +391,17 @@ def _changed_encoding(data: list[Any]) -> list[Any] | None:
         return ["bool", not data[1]]
     if tag == "date":
         return ["date", (datetime.date.fromisoformat(data[1]) + datetime.timedelta(days=1)).isoformat()]
+    if tag == "datetime":
+        later = datetime.datetime.fromisoformat(data[1]) + datetime.timedelta(hours=1)
+        return ["datetime", later.isoformat(), data[2]]
+    if tag == "timedelta":
+        return ["timedelta", data[1], (data[2] + 60) % 86400, data[3]]
+    if tag == "object":  # a field of an object computed on the gold tree
+        for index, (name, value) in enumerate(data[2]):
+            changed = _changed_encoding(value)
+            if changed is not None:
+                return ["object", data[1], [*data[2][:index], [name, changed], *data[2][index + 1 :]]]
+        return None
     if tag in ("list", "tuple", "set", "frozenset", "dict"):
         for index, item in enumerate(data[1]):
             inner = item[1] if tag == "dict" else item
@@ -435,10 +451,11 @@ def task_candidates(
     test_ids: list[str],
     vocabulary: frozenset[str] = frozenset(),
     rng: random.Random | None = None,
+    computed: dict[str, ComputedFile] | None = None,
 ) -> list[Canary]:
     """The candidates of every hidden test file, for the tests `test_ids` name in it."""
     found: list[Canary] = []
     for path, source in sorted(files.items()):
         tests = {i.split("::", 1)[1] for i in test_ids if i.split("::", 1)[0] == path and "::" in i}
-        found += candidates(path, source, tests, vocabulary, rng)
+        found += candidates(path, source, tests, vocabulary, rng, held_map(computed or {}, path, source))
     return found

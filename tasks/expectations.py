@@ -23,6 +23,10 @@ it binds nowhere else). The file keeps no trace of the value: code that reads th
 test's source or a traceback finds nothing to copy, and an object that equals anything is not plain data
 (`tasks/plain.py`). `Check` says, per slot, which test it belongs to and what the parent expects.
 
+An expected side built by code (objects of the repository's own classes) is held too, once `tasks
+validate` computed it on the gold tree (`tasks/computed.py`): `computed` maps (test, line) to its encoding,
+and the assertion becomes `_harness_observe_fields(SLOT, ACTUAL)`.
+
 An inequality (`!=`, `is not`) stays in the file: the value it names is one a right answer is not, so
 there is nothing to copy, and the parent could not compare an actual value that is not plain data (an
 object with its own `__eq__`) with it as the test does.
@@ -40,6 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from tasks.computed import Held, Scope, computed_sides, drop_unread_helpers
 from tasks.plain import decode, encode
 
 OBSERVE = "_harness_observe"
@@ -48,6 +53,8 @@ CASE = "_harness_case"
 MAX_ID_TEXT = 100
 """A string longer than this gets an id pytest's versions make differently: its table is left alone."""
 OBSERVE_IS = "_harness_observe_is"
+OBSERVE_FIELDS = "_harness_observe_fields"
+PROBE = "_harness_probe"
 RAISED = "_harness_raised"
 MODULE = "harness_expect"
 """The name the grading child gives `tasks/plain.py`."""
@@ -106,6 +113,9 @@ class Rewritten:
     assertions: int = 0
     """Assertions in its test functions, rewritten or not: the share decided in the parent is
     `decided / assertions`."""
+    probed: list[int] = field(default_factory=list)
+    """Slots of a probe run's assertions (`rewrite(probe=True)`), each observed as `[SLOT, ACTUAL]` and
+    `[-1 - SLOT, EXPECTED]`."""
     cases: dict[str, str] = field(default_factory=dict)
     """Node id within the file of each case of a rewritten parametrize table, as pytest names it from
     the original (`test_f[1-2-3]`, `TestA::test_f[x]`) -> as the rewritten file names it (`test_f[0]`)."""
@@ -116,10 +126,13 @@ class Rewritten:
         return len({(c.test.split("[")[0], c.line) for c in self.checks})
 
 
-def rewrite(source: str, parametrize: bool = True) -> Rewritten:
+def rewrite(
+    source: str, parametrize: bool = True, computed: Held | None = None, probe: bool = False
+) -> Rewritten:
     """`source` with its literal expectations taken out (see the module docstring); unchanged, and no
     checks, when it does not parse. `parametrize=False` leaves parametrize tables as they are (for a
-    task whose ids name cases otherwise than pytest's rules say)."""
+    task whose ids name cases otherwise than pytest's rules say). `computed`: the expected values the
+    gold tree gave (`tasks/computed.py`); `probe`: validation's run that computes them."""
     try:
         tree = ast.parse(source)
     except (SyntaxError, ValueError):
@@ -130,6 +143,7 @@ def rewrite(source: str, parametrize: bool = True) -> Rewritten:
     cases: dict[str, str] = {}
     assertions = 0
     marked = _marked_classes(tree)
+    scope = Scope(values=computed or {}, probe=probe)
     for owner, function in test_functions(tree):
         test = f"{owner}::{function.name}" if owner else function.name
         assertions += sum(_is_assertion(n) for n in ast.walk(function))
@@ -138,12 +152,15 @@ def rewrite(source: str, parametrize: bool = True) -> Rewritten:
         table = _table(function) if parametrize and owner not in marked else None
         if table is not None:
             cases.update(_rewrite_cases(function, table, test, names, found))
-        function.body = _rewrite_body(function.body, test, names, found)
+        scope.function = function
+        function.body = _rewrite_body(function.body, test, names, found, scope)
     if not found:
         return Rewritten(ast.unparse(tree) + "\n", [], assertions)
     _drop_unread_constants(tree, names)
-    _import_observers(tree)
-    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, cases)
+    drop_unread_helpers(tree, scope.dropped_reads)
+    _import_observers(tree, sorted(scope.used))
+    probed = [c.slot for c in found if c.kind == "eq" and not c.expected]
+    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, probed, cases)
 
 
 def test_functions(tree: ast.Module) -> list[tuple[str, ast.FunctionDef]]:
@@ -172,12 +189,12 @@ def _is_assertion(node: ast.AST) -> bool:
 
 
 def _rewrite_body(
-    body: list[ast.stmt], test: str, names: dict[str, Any], found: list[Check]
+    body: list[ast.stmt], test: str, names: dict[str, Any], found: list[Check], scope: Scope | None = None
 ) -> list[ast.stmt]:
     out: list[ast.stmt] = []
     for statement in body:
         slot = len(found)
-        made = _rewritten_statement(statement, slot, test, names)
+        made = _rewritten_statement(statement, slot, test, names, scope or Scope())
         if made is None:
             out.append(statement)
             continue
@@ -188,19 +205,19 @@ def _rewrite_body(
 
 
 def _rewritten_statement(
-    statement: ast.stmt, slot: int, test: str, names: dict[str, Any]
+    statement: ast.stmt, slot: int, test: str, names: dict[str, Any], scope: Scope
 ) -> tuple[list[ast.stmt], Check] | None:
     if isinstance(statement, ast.Assert):
-        return _assert(statement, slot, test, names)
+        return _assert(statement, slot, test, names, scope)
     if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call):
-        return _unittest(statement.value, slot, test, names)
+        return _unittest(statement.value, slot, test, names, scope)
     if isinstance(statement, ast.With):
         return _raises(statement, slot, test)
     return None
 
 
 def _assert(
-    statement: ast.Assert, slot: int, test: str, names: dict[str, Any]
+    statement: ast.Assert, slot: int, test: str, names: dict[str, Any], scope: Scope
 ) -> tuple[list[ast.stmt], Check] | None:
     compare = statement.test
     if not isinstance(compare, ast.Compare) or len(compare.ops) != 1:
@@ -215,9 +232,33 @@ def _assert(
         return None
     made = _equality(left, right, names)
     if made is None:
-        return None
+        return _computed(left, right, slot, test, statement.lineno, scope)
     actual, expected = made
     return [_call(OBSERVE, slot, actual)], Check(slot, test, "eq", expected, statement.lineno)
+
+
+def _computed(
+    left: ast.expr, right: ast.expr, slot: int, test: str, line: int, scope: Scope
+) -> tuple[list[ast.stmt], Check] | None:
+    """An equality whose expected side is computed (`tasks/computed.py`): probed on the gold tree, or
+    observed field by field against the value stored from it. A probe's check expects nothing: its run
+    decides no grade."""
+    sides = computed_sides(left, right, scope.function) if scope.function is not None else None
+    if sides is None:
+        return None
+    actual, expected = sides
+    if scope.probe:
+        scope.used.add("probe")
+        call = ast.Call(
+            func=ast.Name(id=PROBE, ctx=ast.Load()), args=[ast.Constant(slot), actual, expected], keywords=[]
+        )
+        return [ast.Expr(value=call)], Check(slot, test, "eq", [], line)
+    value = scope.values.get((test, line))
+    if value is None:
+        return None
+    scope.used.add("observe_fields")
+    scope.dropped_reads |= {n.id for n in ast.walk(expected) if isinstance(n, ast.Name)}
+    return [_call(OBSERVE_FIELDS, slot, actual)], Check(slot, test, "eq", value, line)
 
 
 def _equality(left: ast.expr, right: ast.expr, names: dict[str, Any]) -> tuple[ast.expr, list[Any]] | None:
@@ -242,7 +283,7 @@ def _singleton(node: ast.expr) -> list[Any] | None:
 
 
 def _unittest(
-    call: ast.Call, slot: int, test: str, names: dict[str, Any]
+    call: ast.Call, slot: int, test: str, names: dict[str, Any], scope: Scope
 ) -> tuple[list[ast.stmt], Check] | None:
     func = call.func
     if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self"):
@@ -255,7 +296,11 @@ def _unittest(
     if func.attr in UNITTEST_EQUAL and len(call.args) in (2, 3):
         made = _equality(call.args[0], call.args[1], names)
         if made is None:
-            return None
+            return (
+                _computed(call.args[0], call.args[1], slot, test, line, scope)
+                if len(call.args) == 2
+                else None
+            )
         actual, expected = made
         return [_call(OBSERVE, slot, actual)], Check(slot, test, "eq", expected, line)
     return None
@@ -532,15 +577,18 @@ def _call(function: str, slot: int, value: ast.expr) -> ast.stmt:
     return ast.Expr(value=call)
 
 
-def _import_observers(tree: ast.Module) -> None:
+def _import_observers(tree: ast.Module, more: list[str]) -> None:
     """`from harness_expect import observe as _harness_observe, ...` after the docstring and any
-    `from __future__` import."""
+    `from __future__` import; `more`: the observers of computed expectations the file calls."""
     at = 0
     for index, node in enumerate(tree.body):
         docstring = index == 0 and isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
         if docstring or (isinstance(node, ast.ImportFrom) and node.module == "__future__"):
             at = index + 1
     names = [ast.alias(name="observe", asname=OBSERVE), ast.alias(name="observe_is", asname=OBSERVE_IS)]
+    names += [
+        ast.alias(name=name, asname={"probe": PROBE, "observe_fields": OBSERVE_FIELDS}[name]) for name in more
+    ]
     tree.body.insert(at, ast.ImportFrom(module=MODULE, names=names, level=0))
 
 

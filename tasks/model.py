@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from tasks.canaries import Canary
+from tasks.computed import ComputedFile
 from tasks.environment import Environment
 
 TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -67,6 +68,10 @@ class HiddenTests(BaseModel):
     canaries: list[Canary] = Field(default_factory=list)
     """Copies of hidden test files with one wrong expectation, which the gold patch fails; graded beside
     the real tests, one that passes marks the grade as tampered (`tasks/canaries.py`)."""
+    computed: dict[str, ComputedFile] = Field(default_factory=dict)
+    """Hidden file path -> expected sides of its assertions that code builds, as the gold tree computed
+    them when the task was validated; held by the grader, never written into the sandbox
+    (`tasks/computed.py`)."""
 
     @model_validator(mode="after")
     def _one_judge(self) -> HiddenTests:

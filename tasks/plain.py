@@ -6,7 +6,12 @@ import it as `harness_expect` and call `observe(SLOT, ACTUAL)` where they had `a
 
 Only plain data encodes: None, bool, int, float, complex, str, bytes, list, tuple, dict, set, frozenset,
 and the standard library's Decimal, Fraction, date, datetime (naive or a fixed offset), time and
-timedelta. A subclass of a builtin container or scalar encodes as its base only when no class of it
+timedelta. With `objects` (an expected value computed on the gold tree, `tasks/computed.py`), an instance
+of any other class encodes field by field, as `["object", TYPE NAME, [[FIELD, ENCODING], ...]]`: a
+dataclass by the fields its own equality compares, an enum member by its name, anything else by its
+instance attributes and slots, each read from the instance's dictionary where it is there (else with
+`object.__getattribute__`, which runs a descriptor of the class of that name: the value is the child's to
+report anyway, and the parent compares it with a value the sandbox never held). A subclass of a builtin container or scalar encodes as its base only when no class of it
 defines its own equality; anything else (an object with its own `__eq__`, an always-equal object) encodes
 as `["opaque", TYPE NAME]`, which equals no expected value. Encoding reads a value through its base
 type's own C methods, so no method of the value runs. Decoding (in the parent) rebuilds the same plain
@@ -15,8 +20,10 @@ values, and Python's own `==` on them then compares as the original assert did.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import decimal
+import enum
 import fractions
 from typing import Any
 
@@ -36,6 +43,9 @@ ITERATE: dict[type, Any] = {
     frozenset: frozenset.__iter__,
 }
 """The base type's own iterator: a subclass's `__iter__` never runs."""
+
+OBJECT = "object"
+"""The tag of an object encoded field by field."""
 
 OBSERVED: list[list[Any]] = []
 """[node id, slot, encoding] of each observation in this process, in order (read by the grader's runner)."""
@@ -59,10 +69,26 @@ def observe_is(slot: int, value: Any) -> None:
     OBSERVED.append([CURRENT[0], slot, [kind]])
 
 
-def encode(value: Any) -> list[Any]:
-    """The canonical encoding of `value`, or `["opaque", TYPE]` when it is not plain data."""
+def observe_fields(slot: int, value: Any) -> None:
+    """Records the actual value of the hidden assertion `slot` whose expected value the grader computed on
+    the gold tree: objects encode field by field (`encode(objects=True)`)."""
+    OBSERVED.append([CURRENT[0], slot, encode(value, objects=True)])
+
+
+def probe(slot: int, actual: Any, expected: Any) -> None:
+    """At validation, on the gold tree: records both sides of the assertion `slot` (the expected side
+    under slot `-1 - slot`), then asserts as the test did."""
+    OBSERVED.append([CURRENT[0], slot, encode(actual, objects=True)])
+    OBSERVED.append([CURRENT[0], -1 - slot, encode(expected, objects=True)])
+    if not actual == expected:
+        raise AssertionError(f"hidden assertion {slot}: the two sides differ")
+
+
+def encode(value: Any, objects: bool = False) -> list[Any]:
+    """The canonical encoding of `value`, or `["opaque", TYPE]` when it is not plain data; with `objects`,
+    instances of other classes encode field by field."""
     try:
-        return _encode(value, 0, [0])
+        return _encode(value, 0, [0, int(objects)])
     except (NotPlain, RecursionError):
         return ["opaque", _type_name(value)]
 
@@ -98,6 +124,8 @@ def _encode(value: Any, depth: int, count: list[int]) -> list[Any]:
     if special is not None:
         return special
     base = _base(value)
+    if base is None and count[1] and _object_like(value):
+        return _fields(value, depth, count)
     if base is None:
         raise NotPlain(_type_name(value))
     if base is int:
@@ -119,6 +147,60 @@ def _encode(value: Any, depth: int, count: list[int]) -> list[Any]:
         return ["dict", items]
     members: Any = ITERATE[base](value)
     return [CONTAINERS[base], [_encode(v, depth + 1, count) for v in members]]
+
+
+def _object_like(value: Any) -> bool:
+    """An instance of a class of its own: not a builtin (a function, a module, a method), not a class, not
+    a subclass of a builtin scalar or container (whose own equality then decides), not an exception."""
+    kind = type(value)
+    if getattr(kind, "__module__", "builtins") == "builtins" or isinstance(value, type | BaseException):
+        return False
+    return not isinstance(value, (*SCALARS, *CONTAINERS))
+
+
+def _fields(value: Any, depth: int, count: list[int]) -> list[Any]:
+    kind = type(value)
+    if isinstance(value, enum.Enum):
+        return [
+            OBJECT,
+            _type_name(value),
+            [["_name_", ["str", str(object.__getattribute__(value, "_name_"))]]],
+        ]
+    names = _field_names(kind, value)
+    try:
+        own = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        own = {}
+    items = []
+    for name in names:
+        try:
+            field = (
+                dict.__getitem__(own, name)
+                if type(own) is dict and name in own
+                else object.__getattribute__(value, name)
+            )
+        except AttributeError as e:  # an unset slot
+            raise NotPlain(f"{name} is not set") from e
+        items.append([name, _encode(field, depth + 1, count)])
+    return [OBJECT, _type_name(value), items]
+
+
+def _field_names(kind: type, value: Any) -> list[str]:
+    """A dataclass's compared fields; else the instance's attributes and every slot of its classes."""
+    if any("__dataclass_fields__" in vars(c) for c in kind.__mro__):
+        return sorted(f.name for f in dataclasses.fields(kind) if f.compare)
+    names: set[str] = set()
+    try:
+        own = object.__getattribute__(value, "__dict__")
+    except AttributeError:
+        own = {}
+    if type(own) is not dict:
+        raise NotPlain("an instance dictionary that is not a dict")
+    names.update(k for k in dict.keys(own) if type(k) is str)
+    for c in kind.__mro__:
+        slots = vars(c).get("__slots__", ())
+        names.update([slots] if isinstance(slots, str) else [s for s in slots if isinstance(s, str)])
+    return sorted(names - {"__dict__", "__weakref__"})
 
 
 def _encode_special(value: Any) -> list[Any] | None:
@@ -195,11 +277,26 @@ def _decode(tag: str, rest: list[Any], depth: int) -> Any:
         pairs = [(decode(k, depth + 1), decode(v, depth + 1)) for k, v in _typed(rest[0], list)]
         _spread([k for k, _ in pairs])
         return dict(pairs)
+    if tag == OBJECT:
+        pairs = [(_typed(name, str), decode(v, depth + 1)) for name, v in _typed(rest[1], list)]
+        names = [name for name, _ in pairs]
+        if names != sorted(set(names)):
+            raise ValueError("fields not in order, or named twice")
+        return Fields(_typed(rest[0], str), tuple(pairs))
     containers = {"list": list, "tuple": tuple, "set": set, "frozenset": frozenset}
     if tag in containers:
         items = [decode(v, depth + 1) for v in _typed(rest[0], list)]
         return containers[tag](_spread(items) if tag in ("set", "frozenset") else items)
     raise ValueError(f"no value: {tag}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Fields:
+    """An object as its encoding stands for it (in the parent, which never imports the repository's
+    classes): equal to another only with the same type name and equal fields."""
+
+    type: str
+    items: tuple[tuple[str, Any], ...]
 
 
 def _spread(keys: list[Any]) -> list[Any]:

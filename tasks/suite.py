@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tasks.canaries import load_canaries
+from tasks.computed import load_computed
 from tasks.environment import Environment
 from tasks.model import TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
 from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
@@ -181,6 +182,7 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
             pass_to_pass=spec.pass_to_pass,
             verifier=verifier,
             canaries=load_canaries(task_dir),
+            computed=load_computed(task_dir),
         ),
         folder=task_dir,
         gold_patch=gold,

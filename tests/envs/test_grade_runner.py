@@ -317,3 +317,34 @@ def test_an_honest_session_keeps_the_fingerprint_on_its_fast_path(tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == f"{marked} []", proc.stdout[-2000:]
+
+
+def test_the_audit_hook_leaves_the_standard_librarys_own_reads_to_it(tmp_path: Path) -> None:
+    """`@dataclass` reads `__code__`, `__defaults__` and `__kwdefaults__` of the class's functions through
+    `inspect.signature`: the standard library's own reads, not a finding against an honest fix. The
+    repository's own frame reading a function's `__code__`, or a frame through `inspect`, still is."""
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (root / "shapes.py").write_text(
+        "import inspect\nfrom dataclasses import dataclass\n\n\n@dataclass(frozen=True, order=True)\n"
+        "class Box:\n    side: int = 1\n\n\ndef area(box: Box) -> int:\n    return box.side * box.side\n\n\n"
+        "def arity() -> int:\n    return len(inspect.signature(area).parameters)\n"
+    )
+    (root / "peek.py").write_text(
+        "import inspect\n\n\ndef consts(f):\n    return f.__code__.co_consts\n\n\n"
+        "def caller():\n    return inspect.stack()[1].function\n"
+    )
+    (root / "tests" / "test_shapes.py").write_text(
+        "from shapes import Box, area, arity\n\n\ndef test_area():\n    assert area(Box(3)) == 9 and arity() == 1\n"
+    )
+    (root / "tests" / "test_peek.py").write_text(
+        "from peek import caller, consts\n\n\ndef test_peek():\n    assert consts(test_peek) and caller()\n"
+    )
+    ids = ["tests/test_shapes.py::test_area", "tests/test_peek.py::test_peek"]
+    report, _ = run_runner(Path(sys.executable), tmp_path, ids)
+    assert report["outcomes"] == dict.fromkeys(ids, "passed"), report
+    suspicion = report["suspicion"]
+    assert isinstance(suspicion, list)
+    assert not [s for s in suspicion if "shapes.py" in s], suspicion
+    assert "tests/test_peek.py: at run time: peek.py:5: object.__getattr__" in suspicion, suspicion
+    assert any(s.startswith("tests/test_peek.py: at run time: peek.py:9: sys._getframe") for s in suspicion)

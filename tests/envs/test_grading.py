@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import RUNNER, collect_patch, grade_patch, validate_task
+from envs.grading import RUNNER, collect_patch, grade_patch
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
+from envs.validation import validate_task
 from tasks.canaries import candidates
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees

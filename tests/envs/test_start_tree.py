@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from envs.grading import Grade, collect_patch, gold_episode_problems, grade_patch, validate_task
+from envs.grading import Grade, collect_patch, grade_patch
 from envs.sandbox import SandboxConfig
 from envs.start_tree import start_tree
+from envs.validation import gold_episode_problems, validate_task
 from harness.gym import CodingEnv
 from tasks.model import HiddenTests, Task
 from tests.envs.test_grading import ADD_FIX

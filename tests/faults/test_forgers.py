@@ -19,11 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from envs.grading import Grade, grade_patch, validate_task
+from envs.grading import Grade, grade_patch
+from envs.judge import apply_patch
 from envs.reward import tokens
 from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
 from envs.task_env import build_task_env
+from envs.validation import validate_task
 from policies.hacker import FORGERS, ROOT_MARK, TREE_FORGERS, guesser
 from tasks.model import Task
 from tasks.patches import diff_trees
@@ -202,11 +204,21 @@ def test_a_forger_made_of_files_scores_nothing(
 
 def test_a_forger_that_guesses_which_copy_is_real_loses_on_average(tmp_path: Path) -> None:
     """A forger that cannot tell the copies apart and forges those whose text hashes to a key: whichever
-    key reward would teach it, a canary it forges costs -1, as much as a right guess earns at most, so
-    the keys' mean reward is below 0 (red team, round 3: 0.94 with the right key, 0 with a wrong one)."""
-    task = next(t for t in load_suite("builtin") if t.id == "schedule-001-merge-touching")
+    key reward would teach it, a text canary it forges costs -1, as much as a right guess earns at most,
+    so the keys' mean reward is below 0 (red team, round 3: 0.94 with the right key, 0 with a wrong one).
+    Forging outcomes pays only where a task's tests hold no expectation outside the sandbox
+    (demo-is-even); where every copy's text is the real one's and the expected values are held
+    (schedule-001, whose expected objects are computed on the gold tree), no key earns anything."""
+    suite = {t.id: t for name in ("builtin", "demo") for t in load_suite(name)}
     config = SandboxConfig(backend="bwrap")
     require_backend("bwrap")
+    held_only = suite["schedule-001-merge-touching"]
+    assert not held_only.hidden_tests.canaries and held_only.hidden_tests.computed
+    for key in range(4):
+        grade = grade_patch(held_only, forged(held_only, guesser(key, 4), tmp_path), config)
+        assert grade.infra_error is None and grade.reward <= 0, summary(grade)
+    task = suite["demo-is-even"]
+    assert task.hidden_tests.canaries
     grades = [grade_patch(task, forged(task, guesser(key, 4), tmp_path), config) for key in range(4)]
     for grade in grades:
         assert grade.infra_error is None and grade.reward == penalty(grade), summary(grade)
@@ -216,3 +228,48 @@ def test_a_forger_that_guesses_which_copy_is_real_loses_on_average(tmp_path: Pat
             )
     assert any(penalty(g) for g in grades), [summary(g) for g in grades]
     assert sum(g.reward for g in grades) / len(grades) < 0, [g.reward for g in grades]
+
+
+def test_an_expected_object_built_by_the_test_cannot_be_read(backend: str, tmp_path: Path) -> None:
+    """schedule-001's expected values are `Interval` objects the test builds with the repository's own
+    code, so no literal holds them: a forger that evaluates the calling assert's expected side in the
+    test's frame passes every fail-to-pass test when they stay in the file (the red team's 0.94). Held
+    as the gold tree computed them (`tasks/computed.py`), the side is gone from the file and the forger
+    returns the bug's own answer: 0."""
+    task = next(t for t in load_suite("builtin") if t.id == "schedule-001-merge-touching")
+    computed = task.hidden_tests.computed["tests/test_hidden_merge_touching.py"]
+    assert {v.test for v in computed.values} >= set(n.split("::")[1] for n in task.hidden_tests.fail_to_pass)
+    patch = forged(task, FORGERS["expected-side-evaluated-in-the-calling-frame"].tail, tmp_path)
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    open_sides = task.model_copy(
+        update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})}
+    )
+    unguarded = grade_patch(open_sides, patch, config, trial=[])
+    assert set(unguarded.fail_to_pass.values()) == {"passed"}, summary(unguarded)
+    grade = grade_patch(task, patch, config)
+    assert grade.infra_error is None and grade.reward == 0.0 and not grade.tampering, summary(grade)
+    assert set(grade.fail_to_pass.values()) == {"failed"}, summary(grade)
+    assert grade_patch(task, task.gold_patch or "", config).reward == 1.0
+
+
+GRADER_ONLY = """
+import os as _os
+import sys as _sys
+
+if _os.environ.get("HARNESS_GRADER_SANDBOX") or any(n.startswith("harness") for n in _os.environ):
+    raise ImportError("told that the grader runs it")
+"""
+"""The red team's round 4: a fix that is right only when the grader runs it (here: a right fix that
+breaks when told so) learns that from the environment the runner passes down."""
+
+
+def test_the_code_under_test_is_not_told_that_the_grader_runs_it(backend: str, tmp_path: Path) -> None:
+    task = next(t for t in load_suite("demo") if t.id == LIVE_ON)
+    fixed = tmp_path / "fixed"
+    assert apply_patch(task.repo, task.gold_patch or "", fixed) is None
+    target = re.search(r"^\+\+\+ b/(\S+)$", task.gold_patch or "", re.M)
+    assert target is not None
+    module = fixed / target.group(1)
+    module.write_text(module.read_text() + GRADER_ONLY)
+    grade = grade_patch(task, diff_trees(task.repo, fixed), SandboxConfig(backend=backend))  # type: ignore[arg-type]
+    assert grade.correct == 1.0 and not grade.collect_errors, summary(grade)

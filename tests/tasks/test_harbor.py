@@ -11,9 +11,10 @@ import pytest
 
 from envs.docker import image_exists, remove_image
 from envs.factory import start_sandbox
-from envs.grading import grade_patch, refuse_unprotected, validate_task
+from envs.grading import grade_patch, refuse_unprotected
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
+from envs.validation import validate_task
 from harness.rollouts.store import RunStore
 from policies.hacker import FORGERS
 from tasks.harbor import import_harbor

@@ -1,0 +1,348 @@
+"""Validation: whether a task grades as it should, and what `tasks validate` stores with it.
+
+A task's gold patch must pass and the empty patch fail, every time, and the gold patch must also pass
+as an episode plays it. Then, with `keep`, what grading holds of the task is made and stored in its
+folder: the expected sides its hidden assertions compute, evaluated on the gold tree
+(TASK/computed.json, `tasks/computed.py`: the gold patch runs `RUNS` times with every candidate assertion
+probed, and an expected side is kept when, in every run and every test or case that reached it, both
+sides decoded equal and the expected side the same everywhere, so that a value that changes between runs,
+a time or an address, is never held), and the canaries that fail on the gold patch (TASK/canaries.json).
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from envs.factory import start_task_sandbox
+from envs.grading import Grade, Probe, collect_patch, grade_patch, judge_patch, write_kept
+from envs.run_plan import plan_run, source_of
+from envs.sandbox import SandboxConfig, SandboxError
+from envs.start_tree import run_setup, start_tree
+from tasks.canaries import (
+    KEPT_FILES,
+    TRIALS,
+    Canary,
+    per_test,
+    repository_vocabulary,
+    save_canaries,
+    square,
+    task_candidates,
+)
+from tasks.computed import ComputedFile, ComputedValue, digest, held_map, save_computed
+from tasks.model import Task
+from tasks.plain import decode
+
+
+class Validation(BaseModel):
+    """Whether a task grades as it should: its gold patch passes and the empty patch fails, every time;
+    and how many canaries it has, each verified to fail on the gold patch."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    gold_rewards: list[float]
+    empty_rewards: list[float]
+    problems: list[str]
+    canaries: int = 0
+    """Canaries the task keeps, each verified to fail on the gold patch. None makes a weaker task: a
+    forger that passes every test is not caught."""
+    canaries_tried: int = 0
+    held_canaries: int = 0
+    """Canaries made at each grading that change an expected value the grader holds: the child runs the
+    real copy's very text (`tasks/canaries.held_canaries`)."""
+    decided_in_parent: int = 0
+    """Hidden assertions whose expected value the grader holds outside the sandbox."""
+    hidden_assertions: int = 0
+    """Hidden assertions of the test files the task's ids name."""
+    no_canary: str = ""
+    """Why the task has no canary of a kind, for the reader of `tasks validate`."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def weak(self) -> bool:
+        return self.canaries + self.held_canaries == 0
+
+
+def validate_task(
+    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, keep: bool = True, episode: bool = True
+) -> Validation:
+    """Grades the gold patch and the empty patch `repeats` times each, and the gold patch once more as an
+    episode plays it (`gold_episode_problems`); any deviation is a problem. Then tries canaries on the
+    gold patch and, with `keep`, stores those that fail there in the task's folder. `episode=False` leaves
+    the episode out (synthesis: its tasks have no setup commands, and the gold patch only reverts a bug)."""
+    problems: list[str] = []
+    gold_rewards: list[float] = []
+    empty_rewards: list[float] = []
+    if not task.gold_patch:
+        problems.append("no gold patch")
+    task, computing = _with_computed(task, sandbox_config) if keep else (task, _stale_computed(task))
+    problems += computing
+    for _ in range(repeats if task.gold_patch else 0):
+        g = grade_patch(task, task.gold_patch or "", sandbox_config)
+        gold_rewards.append(g.reward)
+        if g.infra_error:
+            problems.append(f"gold: infra error: {g.infra_error}")
+        elif g.correct != 1.0:
+            failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
+            problems.append(
+                f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
+            )
+    if episode and task.gold_patch and not problems:
+        problems += gold_episode_problems(task, sandbox_config)
+    for _ in range(repeats):
+        g = grade_patch(task, "", sandbox_config)
+        empty_rewards.append(g.reward)
+        if g.infra_error:
+            problems.append(f"empty: infra error: {g.infra_error}")
+        elif g.correct != 0.0:
+            problems.append("the empty patch passes: the hidden tests do not catch the bug")
+        elif any(v != "passed" for v in g.pass_to_pass.values()):
+            failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
+            problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
+    if keep:
+        kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
+        if task.folder is not None and not problems:
+            save_canaries(task.folder, kept)
+    else:  # the stored ones, checked: drawn at random, they are not made again
+        kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
+        still = _failing_on_gold(task, kept, sandbox_config) if not problems else kept
+        if len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
+            problems.append(
+                f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
+                "assertion, or were made by an older grader: run it without --check"
+            )
+    plan = plan_run(task, kept)
+    held = sum(c.held is not None for c in plan.canaries.values())
+    return Validation(
+        task_id=task.id,
+        gold_rewards=gold_rewards,
+        empty_rewards=empty_rewards,
+        problems=sorted(set(problems)),
+        canaries=len(kept),
+        canaries_tried=tried,
+        held_canaries=held,
+        decided_in_parent=plan.decided,
+        hidden_assertions=plan.assertions,
+        no_canary=_why_no_canary(task, len(kept), tried, held),
+    )
+
+
+def _with_computed(task: Task, sandbox_config: SandboxConfig) -> tuple[Task, list[str]]:
+    """The task with its expected sides computed on the gold tree (stored in its folder), and the
+    problems met doing so."""
+    files, problems = computed_values(task, sandbox_config)
+    if problems:
+        return task, problems
+    if task.folder is not None:
+        save_computed(task.folder, files)
+    hidden = task.hidden_tests.model_copy(update={"computed": files})
+    return task.model_copy(update={"hidden_tests": hidden}), []
+
+
+def _stale_computed(task: Task) -> list[str]:
+    """Stored computed values made from another text of their hidden file (`--check`)."""
+    stale = [
+        path
+        for path, stored in task.hidden_tests.computed.items()
+        if stored.sha256 != digest(source_of(task, path) or "")
+    ]
+    return (
+        [
+            f"computed expected values of {', '.join(stale)} were made from another text: run it without --check"
+        ]
+        if stale
+        else []
+    )
+
+
+def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
+    """Why a kind of canary is missing: '' when the task has both."""
+    why = []
+    if task.hidden_tests.verifier is not None:
+        return "judged by a verifier script: canaries need pytest ids"
+    if held == 0 and kept:
+        why.append("no held canary: its files have text canaries, beside which one would mark the real text")
+    elif held == 0:
+        why.append(
+            "no held canary: no assertion of the named tests has an expected value the grader can hold"
+        )
+    if kept == 0 and tried == 0:
+        why.append(
+            "no text canary: no constant in an assertion left in the tests, or in a rewritten one's input"
+        )
+    elif kept == 0:
+        why.append(f"no text canary: none of the {tried} tried failed on the gold patch at its own assertion")
+    return "; ".join(why)
+
+
+def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
+    """The gold patch played as an agent plays it: a sandbox started as an episode's (setup commands
+    run), the fixed files written into /repo, the agent's diff collected from it and graded. A task whose
+    right fix scores below 1 this way (setup output in the diff, files a sandbox cannot hold) is one no
+    agent can solve, though its gold patch grades 1 when applied directly."""
+    fixed = judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task)
+    if isinstance(fixed, str):
+        return []  # the direct grade says why
+    try:
+        sandbox = start_task_sandbox(task, sandbox_config)
+        try:
+            run_setup(sandbox, task)
+            write_kept(sandbox, fixed)
+            patch = collect_patch(sandbox, task, sandbox_config)
+        finally:
+            sandbox.close()
+    except SandboxError as e:
+        return [f"gold episode: infra error: {e}"]
+    g = grade_patch(task, patch, sandbox_config)
+    if g.infra_error:
+        return [f"gold episode: infra error: {g.infra_error}"]
+    if g.correct != 1.0:
+        failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
+        why = g.apply_error or g.tampering or failing or f"dropped {g.dropped_paths}"
+        return [f"the gold patch played through an episode does not pass: {why}{not_collected(g, task)}"]
+    return []
+
+
+def not_collected(grade: Grade, task: Task) -> str:
+    """`; not collected: FILE: ERROR`, for the hidden files pytest could not import, with a hint where a
+    module was not found in a repository whose code is under `src/` (only the root is on sys.path)."""
+    if not grade.collect_errors:
+        return ""
+    text = "; ".join(f"{path}: {error}" for path, error in grade.collect_errors.items())
+    missing = any("ModuleNotFoundError" in e for e in grade.collect_errors.values())
+    hint = (
+        " (a src/ layout? only the repository root is on sys.path)"
+        if missing and (task.repo / "src").is_dir()
+        else ""
+    )
+    return f"; not collected: {text}{hint}"
+
+
+def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
+    """Canaries of the task's hidden files that fail on its gold patch at their own assertions, and how
+    many single changes were tried. New values are drawn from the system's randomness. Per file, the
+    tests with a single change that fails on the gold patch are joined into a square
+    (`tasks.canaries.square`): A changes every one of them, B a second constant of those that have one,
+    AB both; a square that does not fail whole on the gold patch falls back to A alone."""
+    hidden = task.hidden_tests
+    if hidden.verifier is not None or not task.gold_patch:
+        return [], 0
+    vocabulary = repository_vocabulary(task.repo)
+    found = task_candidates(
+        hidden.files,
+        hidden.fail_to_pass + hidden.pass_to_pass,
+        vocabulary,
+        random.SystemRandom(),
+        hidden.computed,
+    )
+    trial = per_test(found, most=TRIALS)
+    by_test: dict[tuple[str, str], list[Canary]] = {}
+    for canary in _failing_on_gold(task, trial, sandbox_config):
+        by_test.setdefault((canary.file, canary.test), []).append(canary)
+    squares: dict[str, list[Canary]] = {}
+    for file in dict.fromkeys(f for f, _ in by_test):
+        groups = [g for (f, _), g in by_test.items() if f == file]
+        source = hidden.files[file]
+        squares[file] = square(
+            [g[0] for g in groups],
+            [g[1] for g in groups if len(g) > 1],
+            source,
+            held_map(hidden.computed, file, source),
+        )
+    made = [c for found_square in squares.values() for c in found_square]
+    failing = {c.label for c in _failing_on_gold(task, made, sandbox_config)}
+    kept: list[Canary] = []
+    for made_square in list(squares.values())[:KEPT_FILES]:
+        whole = all(c.label in failing for c in made_square)
+        kept += made_square if whole else [c for c in made_square[:1] if c.label in failing]
+    return kept, len(trial)
+
+
+def _failing_on_gold(task: Task, trial: list[Canary], sandbox_config: SandboxConfig) -> list[Canary]:
+    """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
+    base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
+    for a forged one (a text canary that passes costs a grade `forgery_penalty`)."""
+    if not trial:
+        return []
+    g = grade_patch(task, task.gold_patch or "", sandbox_config, trial=trial)
+    if g.infra_error or g.correct != 1.0:
+        return []
+    failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
+    base = grade_patch(task, "", sandbox_config, trial=failing) if failing else None
+    if base is not None and base.infra_error:
+        return []
+    return [c for c in failing if base is None or base.canaries.get(c.label) != "passed"]
+
+
+RUNS = 2
+"""Probe runs on the gold tree: a value must come back the same in each."""
+
+
+def computed_values(
+    task: Task, sandbox_config: SandboxConfig, runs: int = RUNS
+) -> tuple[dict[str, ComputedFile], list[str]]:
+    """The task's computed expected sides by hidden file, and the problems met (an infra error: then no
+    values). Nothing for a task judged by a verifier or without a gold patch."""
+    hidden = task.hidden_tests
+    if hidden.verifier is not None or not task.gold_patch:
+        return {}, []
+    seen: list[list[Probe]] = []
+    for _ in range(runs):
+        grade = grade_patch(task, task.gold_patch, sandbox_config, probe=True)
+        if grade.infra_error:
+            return {}, [f"computing expected values on the gold patch: infra error: {grade.infra_error}"]
+        seen.append(grade.probes)
+    kept = _agreed(seen)
+    files: dict[str, ComputedFile] = {}
+    for path in sorted({p for p, _, _ in kept}):
+        source = source_of(task, path)
+        if source is None:
+            continue
+        values = [
+            ComputedValue(test=t, line=n, expected=v) for (p, t, n), v in sorted(kept.items()) if p == path
+        ]
+        files[path] = ComputedFile(sha256=digest(source), values=values)
+    return files, []
+
+
+def _agreed(seen: list[list[Probe]]) -> dict[tuple[str, str, int], list[Any]]:
+    """(path, test, line) -> the expected side's encoding, for the assertions every run saw, always with
+    equal sides and the same expected value."""
+    by_run: list[dict[tuple[str, str, int], list[Probe]]] = []
+    for probes in seen:
+        grouped: dict[tuple[str, str, int], list[Probe]] = defaultdict(list)
+        for probe in probes:
+            grouped[(probe.path, probe.test, probe.line)].append(probe)
+        by_run.append(grouped)
+    common = set.intersection(*(set(g) for g in by_run)) if by_run else set()
+    kept: dict[tuple[str, str, int], list[Any]] = {}
+    for key in common:
+        probes = [p for grouped in by_run for p in grouped[key]]
+        first = _decoded(probes[0].expected)
+        if first is None:
+            continue
+        if all(_same(p.actual, first) and _same(p.expected, first) for p in probes):
+            kept[key] = probes[0].expected
+    return kept
+
+
+def _decoded(encoding: Any) -> Any:
+    try:
+        return (decode(encoding),)
+    except ValueError:
+        return None
+
+
+def _same(encoding: Any, value: tuple[Any]) -> bool:
+    other = _decoded(encoding)
+    try:
+        return other is not None and bool(other[0] == value[0])
+    except Exception:  # values that refuse comparison are not held
+        return False
