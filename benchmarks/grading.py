@@ -1,6 +1,6 @@
 """Time to grade one built-in task: this tree against an earlier commit, side by side in one run.
 
-    .venv/bin/python benchmarks/grading.py [--before adf7c08] [--tasks 3] [--rounds 4] [--backend bwrap]
+    .venv/bin/python benchmarks/grading.py [--before adf7c08] [--tasks 3 | --ids A,B] [--rounds 4] [--backend bwrap]
 
 The earlier commit is checked out into a temporary git worktree; each round grades the gold patch of the
 first `--tasks` built-in tasks once with each tree, in turn (each in a fresh process, the order swapped
@@ -66,11 +66,12 @@ def main() -> int:
     parser.add_argument("--tasks", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--backend", default="bwrap")
+    parser.add_argument("--ids", default="", help="comma-separated built-in task ids instead of --tasks")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO))
     from tasks.suite import load_suite
 
-    task_ids = [t.id for t in load_suite("builtin")[: args.tasks]]
+    task_ids = args.ids.split(",") if args.ids else [t.id for t in load_suite("builtin")[: args.tasks]]
     with tempfile.TemporaryDirectory(prefix="grading-bench-") as tmp:
         before = Path(tmp) / "before"
         subprocess.run(
