@@ -49,7 +49,7 @@ bench: setup image
 	  $(BIN)/python benchmarks/synth.py && [ $$sandbox -eq 0 ] && [ $$learner -eq 0 ] && [ $$rollouts -eq 0 ]
 
 demo: setup image
-	$(BIN)/harness demo
+	$(BIN)/harness demo --out runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -32,7 +32,7 @@ from harness.inspection.runs import RunError, RunRead, Selection
 from harness.rollouts.config import RolloutConfig, RolloutSummary
 from harness.rollouts.local import rollout
 from harness.rollouts.store import RunFileError, RunStore
-from policies.spec import PolicySpecError
+from policies.spec import PolicySpecError, check_spec
 from tasks.importing import ImportReport
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
@@ -275,6 +275,11 @@ def add_rollout_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--backend", default=None, choices=BACKENDS, help="the sandbox backend (default: auto)")
     p.add_argument("--out", default=None, help="the run directory (runs/NAME)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument(
+        "--keep-failed",
+        action="store_true",
+        help="continuing a run: episodes that ended in infra_error count as done (default: run them again)",
+    )
     p.add_argument("overrides", nargs="*", help="key=value settings, e.g. summary.trigger_tokens=2048")
     add_print_config(p)
     p.set_defaults(func=cmd_rollout)
@@ -697,6 +702,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     config = load_config(RolloutConfig, args.config, args.overrides, base)
     if args.print_config:
         return printed_config(config)
+    check_spec(config.policy)
     console = Console(stderr=True)
     with Progress(
         TextColumn("[bold]rollout"),
@@ -715,7 +721,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
             progress.update(bar, completed=done, total=total, description=last)
 
         try:
-            summary = rollout(config, on_progress=on_progress)
+            summary = rollout(config, on_progress=on_progress, retry_infra_errors=not args.keep_failed)
         except KeyboardInterrupt:
             progress.stop()
             saved = len(list(RunStore(config.out).trajectories()))
@@ -736,9 +742,11 @@ def _infra_exit(summary: RolloutSummary, console: Console) -> int:
     if not summary.trajectories or set(summary.statuses) != {"infra_error"}:
         return 0
     cause, count = max(summary.failures.items(), key=lambda kv: kv[1]) if summary.failures else ("?", 0)
+    said = summary.failure_examples.get(cause, "")
     console.print(
-        f"harness rollout: every episode ended in infra_error ({count} of {summary.trajectories}: {cause}); "
-        "nothing was graded. `harness replay --id ID` shows one; fix the cause, then run into another --out"
+        f"harness rollout: every episode ended in infra_error ({count} of {summary.trajectories}: {cause}"
+        f"{': ' + said if said else ''}); nothing was graded. Fix the cause and run the same command again: "
+        "episodes that ended in infra_error are run again (--keep-failed: not)"
     )
     return 1
 
@@ -756,6 +764,7 @@ def print_rollout_summary(summary: RolloutSummary, out: Path) -> None:
         ("mean tokens", f"{summary.mean_tokens:.0f}"),
         ("status", ", ".join(f"{k} {v}" for k, v in sorted(summary.statuses.items()))),
         ("failures", ", ".join(f"{k} {v}" for k, v in sorted(summary.failures.items())) or "none"),
+        *[(f"  {cause}", example) for cause, example in sorted(summary.failure_examples.items())],
     ]
     for name, value in rows:
         table.add_row(name, value)
@@ -794,7 +803,7 @@ def check_model_folder(model: Path, config: Path | None) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from harness.training.continuation import check_continues
+    from harness.training.continuation import check_continues, resume_command
     from harness.training.train import TrainConfig, train
 
     config = load_config(TrainConfig, args.config, args.overrides)
@@ -812,19 +821,31 @@ def cmd_train(args: argparse.Namespace) -> int:
             f"rollout {metrics['time_rollout_s']:.1f}s learn {metrics['time_learn_s']:.1f}s"
         )
 
-    train(config, resume=args.resume, on_step=show)
     out = config.rollout.out
+    try:
+        train(config, resume=args.resume, on_step=show)
+    except KeyboardInterrupt:
+        saved = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[-1]))
+        where = f"its last checkpoint is {saved[-1]}" if saved else "it has no checkpoint yet"
+        go_on = resume_command(sys.argv[1:])
+        print(f"interrupted: {out} keeps what was done, and {where}; go on with: {go_on}", file=sys.stderr)
+        return 130
     console.print(f"metrics: {out / 'metrics.jsonl'}; checkpoints: {out / 'checkpoints'}")
     return 0
 
 
 def cmd_sft(args: argparse.Namespace) -> int:
+    from harness.training.continuation import check_fresh
     from harness.training.sft import SFTConfig, run_sft
 
     config = load_config(SFTConfig, args.config, args.overrides)
     if args.print_config:
         return printed_config(config)
     check_model_folder(config.model, args.config)
+    check_fresh(
+        config.out, ["model"], "a warm-started model (model/)",
+        "choose another out (its demonstrations are reused from the same folder only while model/ is not there)",
+    )  # fmt: skip
     console = Console(stderr=True)
     model = run_sft(
         config, on_step=lambda step, m: console.print(f"sft step {step + 1}: loss {m['loss']:.4f}")
@@ -838,9 +859,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
         from harness.demo import run_demo
 
         return run_demo(args.backend)
+    from harness.training.continuation import check_fresh
     from harness.training.train_demo import DemoConfig, run_training_demo
 
     config = load_config(DemoConfig, None, args.overrides, {"backend": args.backend, "out": str(args.out)})
+    check_fresh(
+        config.out, ["*"], "a run",
+        f"pass --out {config.out}-2 (or another new folder); warm_start_from={config.out} reuses its warm start",
+    )  # fmt: skip
     result = run_training_demo(config)
     if result.final_pass_rate > result.baseline_pass_rate:
         return 0

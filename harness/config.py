@@ -70,20 +70,36 @@ def load_config(
             raise ConfigError(f"config {path}: expected a mapping at the top")
         data = loaded
     data = merged(data, base or {})
+    given: dict[str, str] = {}
     for override in overrides:
         apply_override(data, override)
+        given[override.partition("=")[0].strip()] = override
     try:
         return model.model_validate(data)
     except ValidationError as e:
-        where = f"config {path}" if path else "config"
-        problems = "; ".join(
-            f"{'.'.join(map(str, err['loc']))}: {err['msg']}{_suggestion(model, err)}" for err in e.errors()
+        raise ConfigError(_problems(model, e, f"config {path}" if path else "config", given)) from e
+
+
+def _problems(model: type[BaseModel], error: ValidationError, where: str, given: dict[str, str]) -> str:
+    """Each problem under what it came from: the override that set the field, else the file (`where`)."""
+    by_source: dict[str, list[str]] = {}
+    for err in error.errors():
+        loc = ".".join(map(str, err["loc"]))
+        source = next(
+            (f"override {text!r}" for key, text in given.items() if _overlaps(key, loc)),
+            where,
         )
-        raise ConfigError(f"{where}: {problems}") from e
+        by_source.setdefault(source, []).append(f"{loc}: {err['msg']}{_suggestion(model, err)}")
+    return "; ".join(f"{source}: {'; '.join(found)}" for source, found in by_source.items())
+
+
+def _overlaps(key: str, loc: str) -> bool:
+    return key == loc or loc.startswith(f"{key}.") or key.startswith(f"{loc}.")
 
 
 def _suggestion(model: type[BaseModel], error: Any) -> str:
-    """For a key the settings do not have: the closest one they do, as ` (did you mean KEY?)`."""
+    """For a key the settings do not have: the closest one they do in the same section, else the setting
+    anywhere whose last name is closest (`grop_size` -> `rollout.group_size`), as ` (did you mean KEY?)`."""
     if error["type"] != "extra_forbidden":
         return ""
     *path, key = [str(part) for part in error["loc"]]
@@ -94,7 +110,23 @@ def _suggestion(model: type[BaseModel], error: Any) -> str:
         if not (isinstance(owner, type) and issubclass(owner, BaseModel)):
             return ""
     close = difflib.get_close_matches(key, list(owner.model_fields), n=1, cutoff=0.6)
-    return f" (did you mean {'.'.join([*path, close[0]])}?)" if close else ""
+    if close:
+        return f" (did you mean {'.'.join([*path, close[0]])}?)"
+    paths = _setting_paths(model)
+    close = difflib.get_close_matches(key, [p.rsplit(".", 1)[-1] for p in paths], n=1, cutoff=0.75)
+    found = [p for p in paths if p.rsplit(".", 1)[-1] == close[0]] if close else []
+    return f" (did you mean {found[0]}?)" if found else ""
+
+
+def _setting_paths(model: type[BaseModel], prefix: str = "", depth: int = 0) -> list[str]:
+    """Every setting's dotted path, sections included (down to 4 levels)."""
+    found: list[str] = []
+    for name, field in model.model_fields.items():
+        found.append(f"{prefix}{name}")
+        inner = field.annotation
+        if depth < 4 and isinstance(inner, type) and issubclass(inner, BaseModel):
+            found += _setting_paths(inner, f"{prefix}{name}.", depth + 1)
+    return found
 
 
 def commented_yaml(config: BaseModel) -> str:

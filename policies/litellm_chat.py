@@ -46,6 +46,8 @@ class LiteLLMChatPolicy:
             extra["seed"] = params.seed
         if self.api_base is not None:
             extra["api_base"] = self.api_base
+        if self.api_base is not None and self.model.startswith("openai/"):  # a server of one's own (vLLM,
+            extra["api_key"] = os.environ.get("OPENAI_API_KEY") or "EMPTY"  # `harness serve`) needs no key
         response = self._litellm.completion(
             model=self.model,
             messages=messages,

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import importlib
+from pathlib import Path
 from typing import Any
 
 from policies.base import Policy
@@ -41,8 +42,40 @@ def parse_spec(spec: str) -> tuple[str, list[Any]]:
     return backend, [rest]
 
 
+def check_spec(spec: str) -> None:
+    """What can be told before a run starts (and writes its folder): `hf:PATH` names a model folder here,
+    or a Hugging Face Hub id (`ORG/NAME`, nothing of it on disk). A path that is neither gets one line, not
+    five retries of the Hub and a traceback."""
+    backend, args = parse_spec(spec)
+    if backend != "hf":
+        return
+    path = Path(args[0]).expanduser()
+    if path.is_dir():
+        return
+    parts = args[0].split("/")
+    hub_id = (
+        len(parts) == 2 and all(parts) and not args[0].startswith((".", "~")) and not Path(parts[0]).exists()
+    )
+    if not hub_id:
+        raise PolicySpecError(
+            f"policy {spec!r}: {args[0]} is not a model folder here (a folder holding config.json and the "
+            "weights, e.g. from `harness model tiny --out PATH`); a Hugging Face Hub id is ORG/NAME"
+        )
+
+
 def make_policy(spec: str) -> Policy:
     backend, args = parse_spec(spec)
     module, _, name = BACKENDS[backend].partition(":")
-    policy: Policy = getattr(importlib.import_module(module), name)(*args)
+    loaded = importlib.import_module(module)
+    try:
+        policy: Policy = getattr(loaded, name)(*args)
+    except OSError as e:  # transformers' word for a model it found neither here nor on the Hub
+        if backend != "hf":
+            raise
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise PolicySpecError(f"policy {spec!r}: no model loaded from {args[0]}: {first[:300]}") from e
+    except RuntimeError as e:  # the tito client's SamplerError: its server refused or did not answer
+        if backend != "tito" or not isinstance(e, loaded.SamplerError):
+            raise
+        raise PolicySpecError(f"policy {spec!r}: {e}") from e
     return policy

@@ -182,6 +182,10 @@ class TitoPolicy:
         """The last weights given to `load_weights`: what every server must have before it serves."""
         self._following: int | None = None
         """The version given to `follow`: only servers known to hold it serve."""
+        try:  # a wrong URL is told now, in one sentence; a server not up yet is left to the episodes
+            self._send(self.servers[0], "GET", "/models", None)
+        except _Retryable:
+            pass
 
     @property
     def version(self) -> int:
@@ -407,7 +411,14 @@ class TitoPolicy:
         if response.status_code >= 500:
             raise _Retryable(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
         if response.status_code >= 400:
-            raise SamplerError(f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}")
+            hint = (
+                f" (an OpenAI-compatible server's base URL ends in /v1: try {server.url.rstrip('/')}/v1)"
+                if response.status_code == 404 and not root and not server.url.rstrip("/").endswith("/v1")
+                else ""
+            )
+            raise SamplerError(
+                f"{method} {url}: HTTP {response.status_code}: {_error_message(response)}{hint}"
+            )
         if not response.content:  # vLLM's /reset_prefix_cache answers 200 with no body
             return {}
         data = response.json()

@@ -90,6 +90,8 @@ class RolloutSummary(BaseModel):
     mean_tokens: float
     statuses: dict[str, int]
     failures: dict[str, int]
+    failure_examples: dict[str, str] = Field(default_factory=dict)
+    """Each failure cause -> what its first episode said (`Trajectory.status_reason`, 300 characters)."""
     suspicious: int = 0
     """Trajectories whose grade found suspect additions (`Grade.suspicion`)."""
     tampered: int = 0

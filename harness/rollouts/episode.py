@@ -112,7 +112,12 @@ def run_one(
 ) -> Trajectory:
     """One rollout of one task: an episode, then its grade in a fresh sandbox."""
     seed = episode_seed(config.seed, task.id, sample)
-    version = policy.version if policy.kind == "token" else 0
+    try:
+        version = policy.version if policy.kind == "token" else 0
+    except RuntimeError as e:  # the sampler's server did not answer (policies.tito.SamplerError)
+        version, unversioned = 0, f"policy version: {type(e).__name__}: {e}"
+    else:
+        unversioned = ""
     trajectory = Trajectory(
         id=f"{task.id}/{sample}",
         run=run_name,
@@ -126,6 +131,8 @@ def run_one(
         timings=Timings(started_at=time.time()),
     )
     started = time.monotonic()
+    if unversioned:
+        return _infra(trajectory, unversioned, started)
     toolbox = Toolbox.for_task(task, config.tools)
     try:
         sandbox = pool.acquire(task)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import yaml
 from pydantic import ValidationError
@@ -25,7 +25,7 @@ from harness.rollouts.config import RolloutConfig, RolloutSummary, changed_produ
 from harness.rollouts.episode import Job, Rollouts, SandboxPool, run_one
 from harness.rollouts.store import RunFileError, RunStore, read_lines
 from policies.base import Policy
-from policies.spec import make_policy
+from policies.spec import check_spec, make_policy
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
 
@@ -111,14 +111,20 @@ def rollout(
     policy: Policy | None = None,
     on_progress: Callable[[int, int, Trajectory | None], None] | None = None,
     tasks: list[Task] | None = None,
+    retry_infra_errors: bool = True,
 ) -> RolloutSummary:
     """Runs every rollout of the config that the run directory does not have yet; returns the summary.
     `tasks`, if given, are run instead of the config's suite and selection (tasks made on the fly, such
-    as hint tasks)."""
+    as hint tasks). An episode whose last try ended in `infra_error` (the policy's server, a sandbox or
+    the daemon failed, not the policy) is run again, its failed line kept in the file before the new one;
+    with `retry_infra_errors=False` it counts as done."""
     tasks = select(load_suite(config.suite), config.tasks) if tasks is None else tasks
+    if policy is None:
+        check_spec(config.policy)  # before the run's folder is written
     store = RunStore(config.out)
     check_continues(store, config)
-    done = {(t.task_id, t.sample_index) for t in store.create(config)}
+    latest = last_tries(store.create(config))
+    done = {key for key, t in latest.items() if t.status != "infra_error" or not retry_infra_errors}
     jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
     count = 0
     if on_progress is not None:
@@ -136,7 +142,16 @@ def rollout(
         rollouts.run_batch(jobs, save)
     finally:
         rollouts.close()
-    return summarize(list(store.trajectories()), len(tasks))
+    return summarize(list(last_tries(store.trajectories()).values()), len(tasks))
+
+
+def _cause(trajectory: Trajectory) -> str:
+    return (trajectory.status_reason or trajectory.status).split(":")[0].split(" (")[0]
+
+
+def last_tries(trajectories: Iterable[Trajectory]) -> dict[tuple[str, int], Trajectory]:
+    """(task id, sample index) -> its last trajectory in the run: a retried episode's new try."""
+    return {(t.task_id, t.sample_index): t for t in trajectories}
 
 
 def check_continues(store: RunStore, config: RolloutConfig) -> None:
@@ -168,9 +183,11 @@ def summarize(trajectories: list[Trajectory], n_tasks: int) -> RolloutSummary:
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else 0.0
 
-    failures = Counter(
-        (t.status_reason or t.status).split(":")[0].split(" (")[0] for t in trajectories if t.status != "ok"
-    )
+    failures = Counter(_cause(t) for t in trajectories if t.status != "ok")
+    examples: dict[str, str] = {}
+    for t in trajectories:
+        if t.status != "ok" and t.status_reason:
+            examples.setdefault(_cause(t), " ".join(t.status_reason.split())[:300])
     return RolloutSummary(
         tasks=n_tasks,
         trajectories=len(trajectories),
@@ -182,6 +199,7 @@ def summarize(trajectories: list[Trajectory], n_tasks: int) -> RolloutSummary:
         mean_tokens=mean([t.metrics.total_tokens for t in trajectories]),
         statuses=dict(Counter(t.status for t in trajectories)),
         failures=dict(failures),
+        failure_examples=examples,
         suspicious=sum(1 for t in graded if t.grade is not None and t.grade.suspicion),
         tampered=sum(1 for t in graded if t.grade is not None and t.grade.tampering),
     )

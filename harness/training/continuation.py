@@ -5,6 +5,9 @@
 group size, reward, ...) must be what the run's config.yaml says, or the command stops before anything
 is written and names what differs. `--allow-changes` changes them on purpose, and the change is
 recorded in the run (`RUN/changes.jsonl`). What only says how long or where the run goes may change.
+
+`harness sft` and `harness demo` cannot be continued: they refuse a folder that already holds what they
+make (`check_fresh`), so that a second run never mixes its steps, checkpoints or model with the first's.
 """
 
 from __future__ import annotations
@@ -73,3 +76,19 @@ def check_continues(config: BaseModel, out: Path, resume: bool, allow_changes: b
     if changes:
         append_line(out / CHANGES_FILE, json.dumps({"time": time.time(), "changes": changes}))
     return changes
+
+
+def check_fresh(out: Path, made: list[str], what: str, instead: str) -> None:
+    """Refuses (RunFileError, nothing written) a run of a command that cannot be continued on a folder
+    holding any of `made` (relative paths; `*`: anything): `what` it is, and what to do `instead`."""
+    if not out.is_dir():
+        return
+    taken = [name for name in made if (any(out.iterdir()) if name == "*" else (out / name).exists())]
+    if taken:
+        raise RunFileError(f"{out} already holds {what}: {instead}")
+
+
+def resume_command(argv: list[str]) -> str:
+    """The command line that continues an interrupted `harness train` (its own arguments and --resume)."""
+    args = [a for a in argv if a != "--resume"]
+    return "harness " + " ".join([*args, "--resume"])

@@ -135,5 +135,26 @@ def test_a_rollout_whose_every_episode_is_an_infra_error_exits_non_zero(tmp_path
         listener.close()
     assert proc.returncode == 1, proc.stderr[-2000:]
     said = " ".join(proc.stderr.split())
-    assert "every episode ended in infra_error (1 of 1: APIConnectionError)" in said, said[-2000:]
+    assert "every episode ended in infra_error (1 of 1: APIConnectionError: " in said, said[-2000:]
+    assert "Connection error" in said and "run the same command again" in said, said[-2000:]
     assert "Traceback" not in proc.stderr
+
+
+def test_a_missing_local_model_is_not_taken_for_a_hub_id(tmp_path: Path) -> None:
+    """Issue 34, item 4: `--policy hf:runs/no-such-model` tried the Hub five times, ended in a 92-line
+    traceback and left config.yaml in the new run folder. Now one line, exit 2, nothing written."""
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "runs" / "r"
+    proc = subprocess.run(
+        [*HARNESS, "rollout", "--policy", "hf:runs/no-such-model", "--suite", "demo", "--out", str(out)],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert (
+        "harness: policy 'hf:runs/no-such-model': runs/no-such-model is not a model folder here"
+        in proc.stderr
+    )
+    assert "Traceback" not in proc.stderr and not out.exists()
+    for local in ("./no-such-model", "/no/such/model", "a/b/c"):
+        proc = harness("rollout", "--policy", f"hf:{local}", "--suite", "demo", "--out", str(out))
+        assert proc.returncode == 2 and "is not a model folder here" in proc.stderr, proc.stderr

@@ -162,3 +162,21 @@ def test_print_config_explains_every_setting_in_a_comment(
     assert load_config(TrainConfig, tmp_path / "printed.yaml", []) == load_config(
         TrainConfig, None, ["model=m", "rollout.group_size=6"]
     )
+
+
+def test_a_typo_on_the_command_line_is_blamed_on_the_override_not_the_file(tmp_path: Path) -> None:
+    """`train --config examples/train.yaml grop_size=4` said `config examples/train.yaml: grop_size: Extra
+    inputs are not permitted`, with no suggestion (issue 34, item 6): the key lives in `rollout`."""
+    from harness.training.train import TrainConfig
+
+    file = tmp_path / "train.yaml"
+    file.write_text("model: m\nsteps: 2\nlearnr:\n  lr: 0.1\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(TrainConfig, file, ["grop_size=4"])
+    said = str(caught.value)
+    assert f"config {file}: learnr: Extra inputs are not permitted (did you mean learner?)" in said
+    assert (
+        "override 'grop_size=4': grop_size: Extra inputs are not permitted (did you mean rollout.group_size?)"
+        in said
+    )
+    assert f"config {file}: grop_size" not in said

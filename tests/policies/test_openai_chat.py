@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,3 +86,57 @@ def test_chat_episodes_record_messages_and_usage_and_are_not_trainable(url: str,
     assert len(turns) == 2 and all(t.prompt_tokens > 0 and t.completion_tokens > 0 for t in turns)
     roles = [m["role"] for m in trajectory.segments[0].messages]
     assert roles[:3] == ["system", "user", "assistant"] and not turns[0].generated_ids
+
+
+def test_litellm_needs_no_key_for_a_server_of_ones_own(url: str, tmp_path: Path) -> None:
+    """Issue 34, item 2: with no OPENAI_API_KEY, litellm refused to call a local server that needs none;
+    a rollout through the command line then ended every episode in infra_error."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "LITELLM_"))}
+    suite = Path(__file__).parents[1] / "data" / "suites" / "mini"
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "rollout", "--suite", str(suite), "--policy",
+         f"litellm:openai/{MODEL}@{url}", "--backend", "bwrap", "--out", str(out), "--json",
+         "loop.max_turns=2", "sampling.max_new_tokens=8"],
+        capture_output=True, text=True, timeout=600, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    assert summary["trajectories"] >= 1 and "infra_error" not in summary["statuses"], summary
+
+
+def test_a_failing_litellm_call_says_why_and_its_episodes_run_again(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """Issue 34, item 2: litellm's retries need tenacity, which litellm does not install (the episode
+    said "tenacity import failed", only in `replay`); the summary now names the error, and running the
+    same command again runs the failed episodes again instead of printing 0/0."""
+    import socket as sockets
+
+    from harness.rollouts.config import RolloutConfig
+    from harness.rollouts.local import rollout
+
+    with sockets.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    suite = Path(__file__).parents[1] / "data" / "suites" / "mini"
+    config = RolloutConfig.model_validate(
+        {
+            "suite": str(suite), "policy": f"litellm:openai/{MODEL}@http://127.0.0.1:{port}/v1",
+            "out": str(tmp_path / "run"), "loop": {"max_turns": 2}, "sampling": {"max_new_tokens": 8},
+            "sandbox": {"backend": "bwrap"},
+        }
+    )  # fmt: skip
+    failed = rollout(config)
+    assert failed.statuses == {"infra_error": failed.trajectories}, failed
+    (said,) = failed.failure_examples.values()
+    assert "tenacity" not in said and "Connection" in said, said  # litellm's own error, not a missing import
+    with running(create_app(HFPolicy(tiny_model_path), model_name=MODEL), port=port):
+        again = rollout(config)
+    assert again.trajectories == failed.trajectories and "infra_error" not in again.statuses, again
+    lines = (tmp_path / "run" / "trajectories.jsonl").read_text().splitlines()
+    assert len(lines) == 2 * failed.trajectories  # the failed tries are kept, before the new ones

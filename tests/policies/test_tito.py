@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -144,3 +145,25 @@ def test_read_completion_takes_token_ids_or_token_id_strings() -> None:
 def test_read_completion_refuses_what_breaks_token_exactness(choice: dict[str, Any], match: str) -> None:
     with pytest.raises(SamplerError, match=match):
         read_completion(vllm_answer(**choice), [1, 2, 3])
+
+
+def test_a_url_without_v1_gets_a_sentence_that_says_so(
+    tiny_model_path: Path, url: str, tmp_path: Path
+) -> None:
+    """Issue 34, item 5: `tito:MODEL@http://HOST:PORT` (no /v1) ended in 49 lines of traceback around an
+    HTTP 404 on /models."""
+    import subprocess
+    import sys
+
+    from policies.spec import PolicySpecError
+
+    bare = url.removesuffix("/v1")
+    with pytest.raises(PolicySpecError, match=rf"HTTP 404: .*try {re.escape(bare)}/v1\)"):
+        make_policy(f"tito:{tiny_model_path}@{bare}")
+    proc = subprocess.run(
+        [sys.executable, "-m", "harness.cli", "rollout", "--suite", "demo", "--policy",
+         f"tito:{tiny_model_path}@{bare}", "--backend", "bwrap", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and f"try {bare}/v1" in " ".join(proc.stderr.split())
