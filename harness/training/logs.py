@@ -100,6 +100,10 @@ class WandB:
         self.run.finish()
 
 
+MLFLOW_RUN_FILE = "mlflow_run_id"
+"""The MLflow run a run folder's metrics go to, written when its first start made it."""
+
+
 class MLflow:
     def __init__(self, run_dir: Path, config: LogConfig, settings: dict[str, Any]) -> None:
         mlflow = _need("mlflow")
@@ -108,8 +112,17 @@ class MLflow:
             mlflow.set_tracking_uri((run_dir / "mlruns").resolve().as_uri())
         mlflow.set_experiment(config.project)
         self.mlflow = mlflow
-        self.run = mlflow.start_run(run_name=config.run_name or run_dir.name)
-        mlflow.log_dict(settings, "config.json")
+        # One MLflow run per run folder, as for W&B: a resumed run continues the run its first start made.
+        record = run_dir / MLFLOW_RUN_FILE
+        earlier = record.read_text().strip() if record.is_file() else ""
+        try:
+            self.run = mlflow.start_run(run_id=earlier) if earlier else None
+        except mlflow.exceptions.MlflowException:  # another tracking store, or the run was deleted there
+            self.run = None
+        if self.run is None:
+            self.run = mlflow.start_run(run_name=config.run_name or run_dir.name)
+            record.write_text(self.run.info.run_id + "\n")
+            mlflow.log_dict(settings, "config.json")
 
     def log(self, step: int, metrics: dict[str, float]) -> None:
         self.mlflow.log_metrics(metrics, step=step)

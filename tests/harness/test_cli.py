@@ -104,7 +104,7 @@ def test_harness_version_and_runs_on_a_folder_of_runs(tmp_path: Path) -> None:
 
 
 def test_a_demo_whose_pass_rate_did_not_rise_says_so(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     """The exit status 1 comes with the reason (the demo's run itself is `test_train_demo.py`'s)."""
     from harness import cli
@@ -115,7 +115,7 @@ def test_a_demo_whose_pass_rate_did_not_rise_says_so(
         rewards=[0.2], summaries_per_trajectory=[1.0], warm_start_epochs=3,
     )  # fmt: skip
     monkeypatch.setattr(train_demo, "run_training_demo", lambda config: flat)
-    assert cli.main(["demo", "grpo_steps=1"]) == 1
+    assert cli.main(["demo", "--out", str(tmp_path / "demo"), "grpo_steps=1"]) == 1
     assert (
         "The pass rate did not rise (0.250 after the warm start, 0.250 after GRPO)" in capsys.readouterr().err
     )

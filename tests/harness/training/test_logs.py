@@ -60,3 +60,21 @@ def test_a_tracker_that_is_not_installed_says_how_to_install_it(
     monkeypatch.setitem(sys.modules, "wandb", None)  # as if it were not installed
     with pytest.raises(ImportError, match=r"log.report_to names wandb.*coding-harness\[trackers\]"):
         MetricsWriter(tmp_path, LogConfig(report_to=["wandb"]), {})
+
+
+def test_a_resumed_run_logs_to_the_same_mlflow_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 34, item 9: every invocation of one training run (each resume) opened a new MLflow run."""
+    from mlflow.tracking import MlflowClient
+
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    run = tmp_path / "run"
+    run.mkdir()
+    config = LogConfig(report_to=["mlflow"])
+    for step, metrics in enumerate(STEPS):  # two invocations, one step each
+        writer = MetricsWriter(run, config, {"model": "m"})
+        writer.write(step, metrics)
+        writer.close()
+    client = MlflowClient(tracking_uri=(run / "mlruns").resolve().as_uri())
+    (found,) = client.search_runs([client.get_experiment_by_name("coding-harness").experiment_id])
+    history = client.get_metric_history(found.info.run_id, "learner/loss")
+    assert [(m.step, m.value) for m in history] == [(0, 1.5), (1, 1.25)]
