@@ -144,7 +144,13 @@ def after_header(header: Sequence[int], row: Row) -> Row:
     return Row(ids, [0] * len(header) + row.mask, [0.0] * len(ids), 0.0)
 
 
-def demonstrations(config: SFTConfig, script: str, tasks: list[Task], folder: Path) -> list[Trajectory]:
+Progress = Callable[[str, int, int], None]
+"""(what is rolled out, episodes done, episodes in all), after each demonstration episode."""
+
+
+def demonstrations(
+    config: SFTConfig, script: str, tasks: list[Task], folder: Path, on_demo: Progress | None = None
+) -> list[Trajectory]:
     """One episode of `script` on each task (hint tasks among them), saved in `folder` and taken from it
     where it is there already. The run file is in finishing order, which concurrency makes vary: the
     episodes are returned in (task, sample) order."""
@@ -152,11 +158,18 @@ def demonstrations(config: SFTConfig, script: str, tasks: list[Task], folder: Pa
         suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}", out=folder, seed=config.seed,
         loop=config.loop, summary=config.summary, sandbox=config.sandbox, tools=config.tools,
     )  # fmt: skip
-    rollout(demos, tasks=tasks)
+
+    def done(count: int, total: int, _: Trajectory | None) -> None:
+        if on_demo is not None and total:
+            on_demo(f"demonstrations of {folder.name}", count, total)
+
+    rollout(demos, tasks=tasks, on_progress=done)
     return sorted(RunStore(folder).trajectories(), key=lambda t: (t.task_id, t.sample_index))
 
 
-def demonstration_rows(config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt: ChatFormat) -> list[Row]:
+def demonstration_rows(
+    config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt: ChatFormat, on_demo: Progress | None = None
+) -> list[Row]:
     """Every row of the warm start: each script's demonstrations (`repeats` times), and those of
     `header_scripts` with the privileged header before the conversation and in the statement."""
     by_id = {t.id: t for t in tasks}
@@ -166,7 +179,9 @@ def demonstration_rows(config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt
 
     rows: list[Row] = []
     for script in config.scripts:
-        own = demonstrations(config, script, tasks, config.out / "demonstrations" / Path(script).name)
+        own = demonstrations(
+            config, script, tasks, config.out / "demonstrations" / Path(script).name, on_demo
+        )
         rows += sft_rows(own, tools_for, fmt, config.solved_only) * config.repeats.get(script, 1)
         if script not in config.header_scripts:
             continue
@@ -175,7 +190,9 @@ def demonstration_rows(config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt
             rows += [after_header(header, row) for row in sft_rows([t], tools_for, fmt, solved_only=True)]
         hinted = [hint_task(t, privileged_header(t, config.header_parts)) for t in tasks]
         folder = config.out / "demonstrations" / f"{Path(script).name}{HINT_SUFFIX}"
-        rows += sft_rows(demonstrations(config, script, hinted, folder), tools_for, fmt, solved_only=True)
+        rows += sft_rows(
+            demonstrations(config, script, hinted, folder, on_demo), tools_for, fmt, solved_only=True
+        )
     return rows
 
 
@@ -183,13 +200,14 @@ def run_sft(
     config: SFTConfig,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     on_epoch: Callable[[int, float], None] | None = None,
+    on_demo: Progress | None = None,
 ) -> Path:
     """Rolls out the demonstrations, trains on them, and saves the model to OUT/model; returns that folder.
-    `on_epoch` gets each epoch's index and mean loss."""
+    `on_epoch` gets each epoch's index and mean loss, `on_demo` each demonstration episode's progress."""
     policy = HFPolicy(config.model, seed=config.seed)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
     tasks = select(load_suite(config.suite), config.tasks)
-    rows = demonstration_rows(config, tasks, policy.tokenizer, fmt)
+    rows = demonstration_rows(config, tasks, policy.tokenizer, fmt, on_demo)
     if not rows:
         raise ValueError(f"no demonstration to train on in {config.out / 'demonstrations'}")
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]

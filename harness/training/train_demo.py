@@ -20,6 +20,7 @@ from rich.table import Table
 from envs.factory import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
+from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, RolloutSummary
 from harness.rollouts.local import rollout
 from harness.training.learner import LearnerConfig
@@ -95,6 +96,8 @@ class DemoResult(BaseModel):
 
     baseline_pass_rate: float
     final_pass_rate: float
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
+    """Wall seconds of each phase: warm start, evaluation before, GRPO, evaluation after."""
     baseline_reward: float
     """Mean reward of the warm-start-only evaluation."""
     final_reward: float
@@ -120,15 +123,29 @@ def prompt_tokens(policy: HFPolicy, suite: str) -> int:
     return longest
 
 
-def evaluate(model: Path, config: DemoConfig, summary: SummaryConfig, name: str) -> RolloutSummary:
-    """`eval_samples` rollouts of every demo task, with fixed evaluation seeds."""
+EVAL_EVERY = 8
+"""Evaluation episodes between two progress lines."""
+
+
+def evaluate(
+    model: Path, config: DemoConfig, summary: SummaryConfig, name: str, console: Console | None = None
+) -> RolloutSummary:
+    """`eval_samples` rollouts of every demo task, with fixed evaluation seeds; a line every
+    `EVAL_EVERY` episodes on `console`."""
+    started = time.monotonic()
+
+    def done(count: int, total: int, _: Trajectory | None) -> None:
+        if console is not None and count and (count % EVAL_EVERY == 0 or count == total):
+            console.print(f"   {name}: {count}/{total} episodes ({time.monotonic() - started:.0f}s)")
+
     return rollout(
         RolloutConfig(
             suite="demo", policy=f"hf:{model}", group_size=config.eval_samples, concurrency=config.concurrency,
             seed=config.seed + 10_000, out=config.out / name, summary=summary,
             sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
             sandbox=SandboxConfig.model_validate({"backend": config.backend}),
-        )
+        ),
+        on_progress=done,
     )  # fmt: skip
 
 
@@ -143,10 +160,12 @@ def warm_start(
 
     def epoch_done(epoch: int, loss: float) -> None:
         epochs.append(loss)
-        if epoch < 3 or epoch % 10 == 0:
-            console.print(
-                f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f} ({time.monotonic() - started:.0f}s)"
-            )
+        console.print(
+            f"   warm-start epoch {epoch + 1:3d}: loss {loss:.4f} ({time.monotonic() - started:.0f}s)"
+        )
+
+    def demo_done(what: str, count: int, total: int) -> None:
+        console.print(f"   {what}: {count}/{total} episodes ({time.monotonic() - started:.0f}s)")
 
     console.print(
         "   rolling out scripted demonstrations (right and wrong fixes"
@@ -161,7 +180,7 @@ def warm_start(
             rows_per_step=4, seed=config.seed, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
             sandbox=sandbox, learner=LearnerConfig(lr=config.sft_lr),
         ),
-        on_epoch=epoch_done,
+        on_epoch=epoch_done, on_demo=demo_done,
     )  # fmt: skip
     console.print(f"   warm start: {len(epochs)} epochs, last loss {epochs[-1]:.4f} -> {sft_model}")
     return sft_model, epochs
@@ -175,8 +194,23 @@ def reused_warm_start(run: Path) -> Path:
     return model
 
 
+class Laps:
+    """Wall time between calls, by the name of the phase that ended."""
+
+    def __init__(self) -> None:
+        self.last = time.monotonic()
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> float:
+        now = time.monotonic()
+        self.laps[name] = round(now - self.last, 1)
+        self.last = now
+        return self.laps[name]
+
+
 def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     console = console or Console()
+    clock = Laps()
     config = config.model_copy(update={"backend": resolve_backend(config.backend)})
     sandbox = SandboxConfig.model_validate({"backend": config.backend})
     if config.warm_start_from is None:
@@ -186,14 +220,17 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
         console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
         sft_model, epochs = warm_start(config, base, sandbox, console)
+        console.print(f"   ({clock.lap('warm start'):.0f}s)")
     else:
         sft_model, epochs = reused_warm_start(config.warm_start_from), []
         console.print(f"[bold]1-2.[/] the tiny model as an earlier run warm-started it: {sft_model}")
     budget = prompt_tokens(HFPolicy(sft_model), "demo") + config.summary_margin_tokens  # one tokenizer
     summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
-    baseline = evaluate(sft_model, config, summary, "eval-warm-start")
+    console.print("[bold]3.[/] the warm-started model evaluated")
+    baseline = evaluate(sft_model, config, summary, "eval-warm-start", console)
     console.print(
-        f"[bold]3.[/] warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f}"
+        f"   warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f} "
+        f"({clock.lap('evaluation before'):.0f}s)"
     )
     rewards: list[float] = []
     summaries: list[float] = []
@@ -219,8 +256,12 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         ),
         on_step=show,
     )  # fmt: skip
+    console.print(f"   ({clock.lap('GRPO'):.0f}s)")
     final_model = config.out / "grpo" / "checkpoints" / f"step-{config.grpo_steps}" / "model"
-    final = evaluate(final_model, config, summary, "eval-grpo")
+    console.print("[bold]5.[/] the trained model evaluated on the same seeds")
+    final = evaluate(final_model, config, summary, "eval-grpo", console)
+    clock.lap("evaluation after")
+    console.print("   time per phase: " + ", ".join(f"{k} {v:.0f}s" for k, v in clock.laps.items()))
     table = Table("policy", "pass rate (demo suite)", "mean reward", title="same evaluation seeds")
     table.add_row("warm start only", f"{baseline.pass_at_1:.3f}", f"{baseline.mean_reward:.3f}")
     table.add_row(
@@ -243,4 +284,5 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         rewards=rewards,
         summaries_per_trajectory=summaries,
         warm_start_epochs=len(epochs),
+        phase_seconds=clock.laps,
     )
