@@ -50,7 +50,9 @@ bench: setup image
 
 # The newest Python the dependencies support (3.13, else 3.12): the tests that need no torch, on a venv of
 # its own (.ci/newest_deps.py says why torch is left out). Under CI=true a missing interpreter fails.
-NEWEST ?= $(shell for v in 3.13 3.12; do command -v python$$v >/dev/null 2>&1 && { echo python$$v; break; }; done)
+# (pyenv's shims answer for every installed version but run only those made global: its folders are tried too)
+NEWEST ?= $(shell for v in 3.13 3.12; do for p in python$$v $${PYENV_ROOT:-$$HOME/.pyenv}/versions/$$v*/bin/python$$v; do \
+  $$p -c '' >/dev/null 2>&1 && { echo $$p; exit; }; done; done)
 NEWEST_VENV := .venv-newest
 NEWEST_TESTS := tests/test_docs.py tests/tasks/test_expectations.py tests/tasks/test_computed.py \
   tests/tasks/test_suite.py tests/envs/test_judge.py tests/envs/test_reward.py tests/envs/test_suspicion.py \
