@@ -24,7 +24,7 @@ from __future__ import annotations
 import ast
 from collections import Counter
 
-from tasks.expectations import dotted as _dotted
+from tasks.computed import dotted as _dotted
 
 SUSPECT_MODULES = frozenset({"gc", "inspect", "ctypes", "atexit", "pytest", "_pytest", "pluggy", "unittest"})
 HOOKS = frozenset(

@@ -152,7 +152,7 @@ def _bound_in(function: ast.FunctionDef) -> set[str]:
 
 
 def _called(node: ast.AST) -> set[str]:
-    return {_dotted(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
+    return {dotted(n.func) for n in ast.walk(node) if isinstance(n, ast.Call)}
 
 
 def _callee(actual: ast.expr, function: ast.FunctionDef) -> str | None:
@@ -161,7 +161,7 @@ def _callee(actual: ast.expr, function: ast.FunctionDef) -> str | None:
     node: ast.expr | None = actual
     for _ in range(HOPS):
         if isinstance(node, ast.Call):
-            name = _dotted(node.func)
+            name = dotted(node.func)
             if "?" not in name:
                 return name
             node = node.func.value if isinstance(node.func, ast.Attribute) else None
@@ -184,11 +184,12 @@ def _assigned(name: str, function: ast.FunctionDef) -> ast.expr | None:
     return found[0] if len(found) == 1 else None
 
 
-def _dotted(node: ast.expr) -> str:
+def dotted(node: ast.expr) -> str:
+    """`a.b.c` of a name or an attribute chain; `?` where a part is anything else."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):
-        return f"{_dotted(node.value)}.{node.attr}"
+        return f"{dotted(node.value)}.{node.attr}"
     return "?"
 
 

@@ -44,7 +44,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from tasks.computed import Held, Scope, computed_sides, drop_unread_helpers
+from tasks.computed import Held, Scope, computed_sides, dotted, drop_unread_helpers
 from tasks.plain import decode, encode
 
 OBSERVE = "_harness_observe"
@@ -590,15 +590,6 @@ def _import_observers(tree: ast.Module, more: list[str]) -> None:
         ast.alias(name=name, asname={"probe": PROBE, "observe_fields": OBSERVE_FIELDS}[name]) for name in more
     ]
     tree.body.insert(at, ast.ImportFrom(module=MODULE, names=names, level=0))
-
-
-def dotted(node: ast.expr) -> str:
-    """`a.b.c` of a name or an attribute chain; `?` where a part is anything else."""
-    if isinstance(node, ast.Name):
-        return node.id
-    if isinstance(node, ast.Attribute):
-        return f"{dotted(node.value)}.{node.attr}"
-    return "?"
 
 
 NOT_LITERAL: Any = object()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from harness.config import load_config
 from harness.rollouts.config import RolloutConfig
@@ -44,14 +45,20 @@ def test_every_recipe_reads_as_its_settings_and_the_readme_shows_it() -> None:
     assert train.rollout.group_size >= 2 and train.rollout.suite == "demo"
 
 
-def test_the_rollout_recipe_runs_as_written(tmp_path: Path) -> None:
-    task = load_suite("builtin")[0]
+def rolled_out(recipe: str, out: Path, *overrides: str) -> dict[str, Any]:
+    """The JSON summary of `harness rollout --config examples/RECIPE` on bwrap, with `overrides`."""
     proc = harness(
-        "rollout", "--config", str(EXAMPLES / "rollout.yaml"), "--backend", "bwrap", "--json",
-        f"tasks=[{task.id}]", f"out={tmp_path / 'run'}", timeout=600,
+        "rollout", "--config", str(EXAMPLES / recipe), "--backend", "bwrap", "--json", *overrides, f"out={out}",
+        timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout)
+    summary: dict[str, Any] = json.loads(proc.stdout)
+    return summary
+
+
+def test_the_rollout_recipe_runs_as_written(tmp_path: Path) -> None:
+    task = load_suite("builtin")[0]
+    summary = rolled_out("rollout.yaml", tmp_path / "run", f"tasks=[{task.id}]")
     assert (summary["trajectories"], summary["pass_at_1"]) == (2, 1.0)
 
 
@@ -76,12 +83,7 @@ def test_the_swebench_recipe_imports_and_evaluates_a_dataset(tmp_path: Path) -> 
         "--backend", "bwrap", timeout=900,
     )  # fmt: skip
     assert "acme__calc-2" in imported.stdout, imported.stdout + imported.stderr
-    proc = harness(
-        "rollout", "--config", str(EXAMPLES / "swebench.yaml"), "--backend", "bwrap", "--json",
-        f"suite={data.suite}", f"out={tmp_path / 'run'}", timeout=900,
-    )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout)
+    summary = rolled_out("swebench.yaml", tmp_path / "run", f"suite={data.suite}")
     assert summary["trajectories"] == summary["tasks"] >= 2 and summary["pass_at_1"] == 1.0, summary
 
 
@@ -93,13 +95,10 @@ def test_the_provider_recipe_rolls_out_against_a_server_of_ones_own(
 
     task = load_suite("builtin")[0]
     with running(create_app(HFPolicy(tiny_model_path), model_name="tiny")) as url:
-        proc = harness(
-            "rollout", "--config", str(EXAMPLES / "provider.yaml"), "--backend", "bwrap", "--json",
-            f"policy=litellm:openai/tiny@{url}", f"tasks=[{task.id}]", "group_size=1", "loop.max_turns=2",
-            "sampling.max_new_tokens=16", f"out={tmp_path / 'run'}", timeout=600,
+        summary = rolled_out(
+            "provider.yaml", tmp_path / "run", f"policy=litellm:openai/tiny@{url}", f"tasks=[{task.id}]",
+            "group_size=1", "loop.max_turns=2", "sampling.max_new_tokens=16",
         )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads(proc.stdout)
     assert summary["trajectories"] == 1 and "infra_error" not in summary["statuses"], summary
 
 
