@@ -121,7 +121,7 @@ def config_cases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Case]:
              [f"config {d / 'nope.yaml'}: No such file or directory"]),
         Case("rollout: override without =", ["rollout", "noequals"], ["override 'noequals': expected key=value"]),
         Case("rollout: override of the wrong type", ["rollout", "sampling.temperature=hot"],
-             ["config: sampling.temperature: Input should be a valid number"]),
+             ["override 'sampling.temperature=hot': sampling.temperature: Input should be a valid number"]),
         Case("rollout: override into a value", ["rollout", "--group-size", "2", "group_size.x=1"],
              ["override 'group_size.x=1': group_size is not a section"]),
         Case("rollout: unknown task id", ["rollout", "--tasks", "nope,kvstore-001-expire-boundary", *out],
