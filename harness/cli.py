@@ -966,7 +966,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
     run = read_run(open_run(args.run))
     trained = advantages(args.run, run.skipped)
     chosen = sort_trajectories(select(run, selection(args)), args.sort, args.desc)[: args.limit]
-    rows = [run_row(t, trained.get(t.id, [])) for t in chosen]
+    last = {t.id: t for t in run.trajectories}  # an episode run again: its last line is its last try
+    rows = [run_row(t, trained.get(t.id, []), run_again=last[t.id] is not t) for t in chosen]
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=1))
         return report_unread(run)

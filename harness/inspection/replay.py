@@ -350,13 +350,16 @@ class RunRow(BaseModel):
     duration_s: float
     advantage: float | None
     """Training runs: the GRPO advantage the trajectory was trained with."""
+    run_again: bool = False
+    """An earlier try of an episode the run ran again (it ended in infra_error): listed, not counted."""
     flags: str = ""
     """`T` when the grade found tampering, `S` when it found suspect additions, `U` when it is unprotected
     (a verifier script decided, run where the agent's code could write the reward)."""
 
 
-def run_row(t: Trajectory, trained: list[SegmentAdvantage]) -> RunRow:
+def run_row(t: Trajectory, trained: list[SegmentAdvantage], run_again: bool = False) -> RunRow:
     return RunRow(
+        run_again=run_again,
         id=t.id, task=t.task_id, group=t.group_id, reward=t.reward,
         correct=t.grade.correct if t.grade is not None else None, turns=t.metrics.turns,
         summaries=t.metrics.summaries, tokens=t.metrics.total_tokens, status=t.status,
@@ -375,9 +378,10 @@ def runs_table(title: str, rows: list[RunRow], training: bool) -> Table:
         table.add_column(name, no_wrap=True, justify="left" if left else "right")
     for r in rows:
         passed = "" if r.correct is None else ("yes" if r.correct == 1.0 else "no")
+        status = f"{r.status}, run again" if r.run_again else r.status
         cells = [
             r.id, r.task, r.group, f"{r.reward:.3f}", passed, str(r.turns), str(r.summaries), str(r.tokens),
-            r.status, f"{r.duration_s:.1f}s", r.flags,
+            status, f"{r.duration_s:.1f}s", r.flags,
         ]  # fmt: skip
         if training:
             cells.append("" if r.advantage is None else f"{r.advantage:+.3f}")
@@ -388,10 +392,13 @@ def runs_table(title: str, rows: list[RunRow], training: bool) -> Table:
 def runs_caption(rows: list[RunRow]) -> str:
     if not rows:
         return "no trajectory matches"
+    again = sum(r.run_again for r in rows)
+    rows = [r for r in rows if not r.run_again]  # an episode run again counts by its last try
     graded = [r for r in rows if r.status != "infra_error"]
     mean = sum(r.reward for r in graded) / len(graded) if graded else 0.0
     passed = sum(1 for r in graded if r.correct == 1.0) / len(graded) if graded else 0.0
     counts = ", ".join(f"{k} {v}" for k, v in sorted(Counter(r.status for r in rows).items()))
     unprotected = sum("U" in r.flags for r in rows)
     trust = f" · unprotected {unprotected} (a verifier the agent's code could answer)" if unprotected else ""
-    return f"mean reward {mean:.3f} · pass rate {passed:.3f} · {counts}{trust}"
+    tried = f" · {again} earlier tries of episodes run again, listed, not counted" if again else ""
+    return f"mean reward {mean:.3f} · pass rate {passed:.3f} · {counts}{trust}{tried}"

@@ -158,3 +158,24 @@ def test_a_missing_local_model_is_not_taken_for_a_hub_id(tmp_path: Path) -> None
     for local in ("./no-such-model", "/no/such/model", "a/b/c"):
         proc = harness("rollout", "--policy", f"hf:{local}", "--suite", "demo", "--out", str(out))
         assert proc.returncode == 2 and "is not a model folder here" in proc.stderr, proc.stderr
+
+
+def test_an_episode_that_ended_in_infra_error_runs_again_and_runs_counts_its_last_try(tmp_path: Path) -> None:
+    """Issue 34, item 2: re-running the command printed 0/0, the failed episodes counted as done. Now they
+    run again (the failed line kept), `--keep-failed` leaves them, and `harness runs` counts last tries."""
+    out = tmp_path / "run"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again: nothing answers there
+    command = ["rollout", "--suite", "demo", "--tasks", "demo-add", "--policy", f"openai:m@http://127.0.0.1:{port}/v1",
+               "--backend", "bwrap", "--out", str(out)]  # fmt: skip
+    for _ in range(2):
+        assert harness(*command, timeout=300).returncode == 1
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == 2
+    assert harness(*command, "--keep-failed", timeout=300).returncode == 1
+    assert len((out / "trajectories.jsonl").read_text().splitlines()) == 2
+    listed = harness("runs", str(out))
+    said = " ".join(listed.stdout.split())
+    assert (
+        "infra_error, run again" in said and "infra_error 1 · 1 earlier tries of episodes run again" in said
+    ), said
