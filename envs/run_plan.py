@@ -46,6 +46,8 @@ class RunPlan:
     """Hidden assertions of the test files whose expected value the parent holds."""
     assertions: int = 0
     """Hidden assertions of the test files, rewritten or not."""
+    probe: bool = False
+    """Validation's run on the gold tree that computes expected sides (`plan_run(probe=True)`)."""
 
     def targets(self) -> list[str]:
         """What the runner runs, one child each: every hidden file, real copy and canary, whole. A child
@@ -84,7 +86,7 @@ def plan_run(task: Task, canaries: list[Canary], probe: bool = False) -> RunPlan
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
     sources = {path: source_of(task, path) for path in dict.fromkeys(i.partition("::")[0] for i in ids)}
-    plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in sources})
+    plan = RunPlan(files={p: s for p, s in hidden.files.items() if p not in sources}, probe=probe)
     taken = set(hidden.files) | {p.relative_to(task.repo).as_posix() for p in Path(task.repo).rglob("*.py")}
     rewritten = {
         path: _rewritten(source, path, ids, held_map(hidden.computed, path, source), probe)

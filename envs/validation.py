@@ -108,7 +108,8 @@ def validate_task(
             problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
     if keep:
         kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
-        if task.folder is not None and not problems:
+        if task.folder is not None and not problems:  # what grading holds of the task, stored together
+            save_computed(task.folder, task.hidden_tests.computed)
             save_canaries(task.folder, kept)
     else:  # the stored ones, checked: drawn at random, they are not made again
         kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
@@ -135,13 +136,11 @@ def validate_task(
 
 
 def _with_computed(task: Task, sandbox_config: SandboxConfig) -> tuple[Task, list[str]]:
-    """The task with its expected sides computed on the gold tree (stored in its folder), and the
-    problems met doing so."""
+    """The task with its expected sides computed on the gold tree (stored in its folder with its canaries,
+    once the task proved valid), and the problems met doing so."""
     files, problems = computed_values(task, sandbox_config)
     if problems:
         return task, problems
-    if task.folder is not None:
-        save_computed(task.folder, files)
     hidden = task.hidden_tests.model_copy(update={"computed": files})
     return task.model_copy(update={"hidden_tests": hidden}), []
 

@@ -30,7 +30,7 @@ from harness.config import ConfigError, commented_yaml, load_config
 from harness.inspection.replay import SORT_KEYS
 from harness.inspection.runs import RunError, RunRead, Selection
 from harness.rollouts.config import RolloutConfig, RolloutSummary
-from harness.rollouts.local import rollout
+from harness.rollouts.local import last_tries, rollout
 from harness.rollouts.store import RunFileError, RunStore
 from policies.spec import PolicySpecError, check_spec
 from tasks.importing import ImportReport
@@ -803,6 +803,7 @@ def check_model_folder(model: Path, config: Path | None) -> None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    from harness.training.checkpoint import latest_checkpoint
     from harness.training.continuation import check_continues, resume_command
     from harness.training.train import TrainConfig, train
 
@@ -825,8 +826,8 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         train(config, resume=args.resume, on_step=show)
     except KeyboardInterrupt:
-        saved = sorted((out / "checkpoints").glob("step-*"), key=lambda p: int(p.name.split("-")[-1]))
-        where = f"its last checkpoint is {saved[-1]}" if saved else "it has no checkpoint yet"
+        saved = latest_checkpoint(out / "checkpoints")
+        where = f"its last checkpoint is {saved}" if saved else "it has no checkpoint yet"
         go_on = resume_command(sys.argv[1:])
         print(f"interrupted: {out} keeps what was done, and {where}; go on with: {go_on}", file=sys.stderr)
         return 130
@@ -966,8 +967,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     run = read_run(open_run(args.run))
     trained = advantages(args.run, run.skipped)
     chosen = sort_trajectories(select(run, selection(args)), args.sort, args.desc)[: args.limit]
-    last = {t.id: t for t in run.trajectories}  # an episode run again: its last line is its last try
-    rows = [run_row(t, trained.get(t.id, []), run_again=last[t.id] is not t) for t in chosen]
+    last = last_tries(run.trajectories)  # an episode run again: its last line is its last try
+    rows = [
+        run_row(t, trained.get(t.id, []), run_again=last[(t.task_id, t.sample_index)] is not t)
+        for t in chosen
+    ]
     if args.json:
         print(json.dumps([r.model_dump() for r in rows], indent=1))
         return report_unread(run)

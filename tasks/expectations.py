@@ -113,12 +113,15 @@ class Rewritten:
     assertions: int = 0
     """Assertions in its test functions, rewritten or not: the share decided in the parent is
     `decided / assertions`."""
-    probed: list[int] = field(default_factory=list)
-    """Slots of a probe run's assertions (`rewrite(probe=True)`), each observed as `[SLOT, ACTUAL]` and
-    `[-1 - SLOT, EXPECTED]`."""
     cases: dict[str, str] = field(default_factory=dict)
     """Node id within the file of each case of a rewritten parametrize table, as pytest names it from
     the original (`test_f[1-2-3]`, `TestA::test_f[x]`) -> as the rewritten file names it (`test_f[0]`)."""
+
+    @property
+    def probed(self) -> list[int]:
+        """Slots of a probe run's assertions (`rewrite(probe=True)`: their checks expect nothing), each
+        observed as `[SLOT, ACTUAL]` and `[-1 - SLOT, EXPECTED]`."""
+        return [c.slot for c in self.checks if not c.expected]
 
     @property
     def decided(self) -> int:
@@ -159,8 +162,7 @@ def rewrite(
     _drop_unread_constants(tree, names)
     drop_unread_helpers(tree, scope.dropped_reads)
     _import_observers(tree, sorted(scope.used))
-    probed = [c.slot for c in found if c.kind == "eq" and not c.expected]
-    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, probed, cases)
+    return Rewritten(ast.unparse(ast.fix_missing_locations(tree)) + "\n", found, assertions, cases)
 
 
 def test_functions(tree: ast.Module) -> list[tuple[str, ast.FunctionDef]]:

@@ -166,36 +166,29 @@ def _fields(value: Any, depth: int, count: list[int]) -> list[Any]:
             _type_name(value),
             [["_name_", ["str", str(object.__getattribute__(value, "_name_"))]]],
         ]
-    names = _field_names(kind, value)
-    try:
-        own = object.__getattribute__(value, "__dict__")
-    except AttributeError:
-        own = {}
-    items = []
-    for name in names:
-        try:
-            field = (
-                dict.__getitem__(own, name)
-                if type(own) is dict and name in own
-                else object.__getattribute__(value, name)
-            )
-        except AttributeError as e:  # an unset slot
-            raise NotPlain(f"{name} is not set") from e
-        items.append([name, _encode(field, depth + 1, count)])
-    return [OBJECT, _type_name(value), items]
-
-
-def _field_names(kind: type, value: Any) -> list[str]:
-    """A dataclass's compared fields; else the instance's attributes and every slot of its classes."""
-    if any("__dataclass_fields__" in vars(c) for c in kind.__mro__):
-        return sorted(f.name for f in dataclasses.fields(kind) if f.compare)
-    names: set[str] = set()
     try:
         own = object.__getattribute__(value, "__dict__")
     except AttributeError:
         own = {}
     if type(own) is not dict:
         raise NotPlain("an instance dictionary that is not a dict")
+    items = []
+    names = _field_names(kind, own)
+    for name in names:
+        try:
+            field = dict.__getitem__(own, name) if name in own else object.__getattribute__(value, name)
+        except AttributeError as e:  # an unset slot
+            raise NotPlain(f"{name} is not set") from e
+        items.append([name, _encode(field, depth + 1, count)])
+    return [OBJECT, _type_name(value), items]
+
+
+def _field_names(kind: type, own: dict[Any, Any]) -> list[str]:
+    """A dataclass's compared fields; else the instance's attributes (`own`) and every slot of its
+    classes."""
+    if any("__dataclass_fields__" in vars(c) for c in kind.__mro__):
+        return sorted(f.name for f in dataclasses.fields(kind) if f.compare)
+    names: set[str] = set()
     names.update(k for k in dict.keys(own) if type(k) is str)
     for c in kind.__mro__:
         slots = vars(c).get("__slots__", ())
