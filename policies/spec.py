@@ -44,10 +44,11 @@ def parse_spec(spec: str) -> tuple[str, list[Any]]:
 
 def check_spec(spec: str) -> None:
     """What can be told before a run starts (and writes its folder): `hf:PATH` names a model folder here,
-    or a Hugging Face Hub id (`ORG/NAME`, nothing of it on disk). A path that is neither gets one line, not
-    five retries of the Hub and a traceback."""
+    or a Hugging Face Hub id (`ORG/NAME`, nothing of it on disk), and so does `tito:MODEL@URL`'s MODEL,
+    whose tokenizer the client loads. A path that is neither gets one line, not five retries of the Hub
+    and a traceback."""
     backend, args = parse_spec(spec)
-    if backend != "hf":
+    if backend not in ("hf", "tito"):
         return
     path = Path(args[0]).expanduser()
     if path.is_dir():
@@ -57,9 +58,17 @@ def check_spec(spec: str) -> None:
         len(parts) == 2 and all(parts) and not args[0].startswith((".", "~")) and not Path(parts[0]).exists()
     )
     if not hub_id:
+        what = (
+            "is not a model folder here (a folder holding config.json and the weights"
+            if backend == "hf"
+            else (
+                "is not a model folder here (tito:MODEL@URL loads the served model's tokenizer from MODEL: the folder "
+                "given to `harness serve --model` or vLLM"
+            )
+        )
         raise PolicySpecError(
-            f"policy {spec!r}: {args[0]} is not a model folder here (a folder holding config.json and the "
-            "weights, e.g. from `harness model tiny --out PATH`); a Hugging Face Hub id is ORG/NAME"
+            f"policy {spec!r}: {args[0]} {what}, e.g. from `harness model tiny --out PATH`); a Hugging Face Hub "
+            "id is ORG/NAME"
         )
 
 
@@ -70,7 +79,7 @@ def make_policy(spec: str) -> Policy:
     try:
         policy: Policy = getattr(loaded, name)(*args)
     except OSError as e:  # transformers' word for a model it found neither here nor on the Hub
-        if backend != "hf":
+        if backend not in ("hf", "tito"):
             raise
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise PolicySpecError(f"policy {spec!r}: no model loaded from {args[0]}: {first[:300]}") from e

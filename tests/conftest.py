@@ -51,6 +51,7 @@ sandbox's containers and control groups, or kill and reap runs in the state fold
 the `serial` mark itself (tests/envs/test_limits.py's bombs)."""
 LONG_FIRST = (
     "tests/harness/training/test_train_demo.py",
+    "tests/test_newcomer.py",
     "tests/faults/test_crashes.py",
     "tests/harness/test_cli_tasks.py",
     "tests/tasks/test_synth.py",

@@ -158,6 +158,14 @@ def test_a_missing_local_model_is_not_taken_for_a_hub_id(tmp_path: Path) -> None
     for local in ("./no-such-model", "/no/such/model", "a/b/c"):
         proc = harness("rollout", "--policy", f"hf:{local}", "--suite", "demo", "--out", str(out))
         assert proc.returncode == 2 and "is not a model folder here" in proc.stderr, proc.stderr
+    # tito:MODEL@URL loads MODEL's tokenizer: `tito:tiny@URL` against `harness serve` went to the Hub too
+    proc = harness(
+        "rollout", "--policy", "tito:tiny@http://127.0.0.1:9/v1", "--suite", "demo", "--out", str(out)
+    )
+    assert proc.returncode == 2 and "loads the served model's tokenizer from MODEL" in proc.stderr, (
+        proc.stderr
+    )
+    assert "Traceback" not in proc.stderr and not out.exists()
 
 
 def test_an_episode_that_ended_in_infra_error_runs_again_and_runs_counts_its_last_try(tmp_path: Path) -> None:
