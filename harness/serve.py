@@ -333,8 +333,9 @@ T = TypeVar("T")
 
 @dataclass
 class Served:
-    """The model a server answers with, under its name, one generation at a time (the model is not
-    batched, and weights must not change under a sampler)."""
+    """The model a server answers with, under its name. A batched policy (`HFPolicy.batched`) takes every
+    request at once: it decodes them together and changes weights only between its decode steps; any
+    other answers one request at a time, so that weights never change under a sampler."""
 
     policy: ServedPolicy
     name: str
@@ -342,6 +343,8 @@ class Served:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def run(self, fn: Callable[[], T]) -> T:
+        if getattr(self.policy, "batched", False):
+            return fn()
         with self.lock:
             return fn()
 

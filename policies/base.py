@@ -40,7 +40,11 @@ class Generation(BaseModel):
     finish_reason: Literal["stop", "length"]
     """`stop`: the model ended its message (the last id is a stop id); `length`: max_new_tokens hit."""
     policy_version: int = 0
-    """The learner step whose weights sampled these ids."""
+    """The learner step whose weights sampled these ids (the first id's, where weights changed between
+    two of them)."""
+    token_versions: list[int] | None = None
+    """The version that sampled each id, when weights changed between two of this generation's ids (a
+    batched sampler loads new weights between decode steps); None when every id has `policy_version`."""
 
 
 class Tokenizer(Protocol):

@@ -1,6 +1,9 @@
 """An in-process Hugging Face causal LM as a token policy: exact ids in, exact ids and log-probs out.
 
-Sampling is incremental with the KV cache. The log-prob of each sampled id is taken from the very
+Generations from several threads are decoded together, one forward pass per step for all of them
+(`policies/batching.py`); a model whose forward pass does not take the batched cache, found by
+comparing a few batched steps with the one-at-a-time path when it loads, is sampled one generation at a
+time. Sampling is incremental with the KV cache. The log-prob of each sampled id is taken from the very
 distribution it was drawn from, so the learner can recompute it with one teacher-forced forward pass
 (`sequence_logprobs`) and get the same number up to float rounding:
 
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+import warnings
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, cast
@@ -24,13 +28,18 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
 from policies.base import Generation, SamplingParams, Tokenizer
+from policies.batching import BatchScheduler, Sequence, sample_token
+
+__all__ = ["HFPolicy", "sample_token", "sequence_logprobs"]
 
 
 class HFPolicy:
-    """A causal LM and its tokenizer loaded with `from_pretrained`, sampled one token at a time.
+    """A causal LM and its tokenizer loaded with `from_pretrained`.
 
-    Calls to `generate` from several threads take turns on the model. When `SamplingParams.seed` is None,
-    the n-th generation is seeded from (`seed`, n), so a run with a fixed policy seed is reproducible.
+    Calls to `generate` from several threads are decoded together (`max_batch` at once, prompts prefilled
+    `prefill_chunk` ids a step) unless `batching` is False or the model does not take the batched cache
+    (`batched` says which). When `SamplingParams.seed` is None, the n-th generation is seeded from
+    (`seed`, n), so a run with a fixed policy seed is reproducible.
     """
 
     kind: Literal["token"] = "token"
@@ -42,6 +51,9 @@ class HFPolicy:
         dtype: torch.dtype = torch.float32,
         spec: str | None = None,
         seed: int = 0,
+        batching: bool = True,
+        max_batch: int = 16,
+        prefill_chunk: int = 256,
     ) -> None:
         self.spec = spec or f"hf:{path}"
         self.device = torch.device(device)
@@ -60,6 +72,11 @@ class HFPolicy:
         self._version = 0
         self._generations = 0
         self._lock = threading.Lock()
+        self._seed_lock = threading.Lock()
+        self._scheduler = BatchScheduler(
+            self.model, self._stop_ids, lambda: self._version, self._lock, max_batch, prefill_chunk
+        )
+        self.batched = batching and self._batching_agrees()
 
     @property
     def version(self) -> int:
@@ -102,9 +119,19 @@ class HFPolicy:
             raise ValueError("prompt_ids is empty: a generation needs at least one id to condition on")
         if not all(0 <= i < vocab_size for i in prompt_ids):
             raise ValueError(f"prompt_ids holds an id outside the vocabulary [0, {vocab_size})")
-        with self._lock:
+        with self._seed_lock:
             seed = params.seed if params.seed is not None else self._default_seed()
-            generator = torch.Generator(device=self.device).manual_seed(seed)
+        generator = torch.Generator(device=self.device).manual_seed(seed)
+        if self.batched:
+            return self._scheduler.submit(Sequence(list(prompt_ids), params, generator))
+        return self.generate_alone(prompt_ids, params, generator)
+
+    def generate_alone(
+        self, prompt_ids: list[int], params: SamplingParams, generator: torch.Generator
+    ) -> Generation:
+        """One generation with the model to itself (the lock held throughout): the path of a model that
+        does not batch, and the reference the batched one is checked against."""
+        with self._lock:
             ids: list[int] = []
             logprobs: list[float] = []
             finish_reason: Literal["stop", "length"] = "length"
@@ -131,31 +158,40 @@ class HFPolicy:
         with self._lock:
             return sequence_logprobs(self.model, ids, 1, temperature)
 
+    def _batching_agrees(self) -> bool:
+        """Whether a few greedy steps of two prompts decoded together (one prefilled in two chunks) give
+        the ids and log-probs of the one-at-a-time path: a model whose forward pass does not take the
+        batched cache or masks fails here, and is sampled one generation at a time, with a warning."""
+        prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
+        params = SamplingParams(max_new_tokens=3, temperature=0)
+        alone = [self.generate_alone(p, params, torch.Generator(device=self.device)) for p in prompts]
+        chunk = self._scheduler.prefill_chunk
+        self._scheduler.prefill_chunk = 3
+        try:
+            together = self._scheduler.run_here(
+                [Sequence(list(p), params, torch.Generator(device=self.device)) for p in prompts]
+            )
+            agrees = all(
+                a.ids == b.ids and max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
+                for a, b in zip(alone, together, strict=True)
+            )
+        except Exception as e:  # any failure of an architecture not known to batch: it does not batch
+            warnings.warn(
+                f"{self.spec}: sampled one generation at a time: batched decoding failed ({e})", stacklevel=2
+            )
+            return False
+        finally:
+            self._scheduler.prefill_chunk = chunk
+        if not agrees:
+            warnings.warn(
+                f"{self.spec}: sampled one generation at a time: batched decoding disagrees", stacklevel=2
+            )
+        return agrees
+
     def _default_seed(self) -> int:
         self._generations += 1
         digest = hashlib.blake2b(f"{self.seed}:{self._generations}".encode(), digest_size=8).digest()
         return int.from_bytes(digest) >> 1  # torch seeds are at most 2**64 - 1; keep clear of the sign bit
-
-
-def sample_token(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
-) -> tuple[int, float]:
-    """Draws one id from `logits` (V,) and returns it with its log-prob (see the module docstring)."""
-    logits = logits.float()
-    if temperature == 0:
-        token = int(torch.argmax(logits))
-        return token, float(torch.log_softmax(logits, dim=-1)[token])
-    logp = torch.log_softmax(logits / temperature, dim=-1)  # (V,)
-    if top_p < 1:
-        sorted_logp, order = torch.sort(logp, descending=True)  # (V,), (V,)
-        sorted_p = sorted_logp.exp()
-        # The nucleus (Holtzman et al. 2020, eq. 2): the most likely ids until their mass reaches top_p.
-        outside = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # (V,)
-        nucleus = torch.log_softmax(sorted_logp.masked_fill(outside, float("-inf")), dim=-1)  # (V,)
-        i = int(torch.multinomial(nucleus.exp(), 1, generator=generator))
-        return int(order[i]), float(nucleus[i])
-    token = int(torch.multinomial(logp.exp(), 1, generator=generator))
-    return token, float(logp[token])
 
 
 def sequence_logprobs(model: PreTrainedModel, ids: list[int], start: int, temperature: float) -> list[float]:

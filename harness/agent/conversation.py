@@ -97,6 +97,7 @@ class TokenConversation:
             generated_ids=list(generation.ids),
             logprobs=list(generation.logprobs),
             policy_version=generation.policy_version,
+            token_versions=generation.token_versions,
             finish_reason=generation.finish_reason,
             generate_s=took,
             prompt_tokens=len(self.context),

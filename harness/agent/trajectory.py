@@ -41,6 +41,11 @@ class Turn(BaseModel):
     """The sampler's log-prob of each generated id."""
     appended_ids: list[int] = Field(default_factory=list)
     policy_version: int = 0
+    """The version of the weights that sampled the generated ids (the first id's, when they changed
+    between two of them: see `token_versions`)."""
+    token_versions: list[int] | None = None
+    """The version that sampled each generated id, when new weights came between two of them (a batched
+    sampler loads weights between decode steps); None when every id has `policy_version`."""
     finish_reason: str = "stop"
     tool_call: ParsedCall | None = None
     parse_error: str | None = None

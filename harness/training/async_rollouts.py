@@ -98,11 +98,18 @@ class AsyncRollouts:
 
 
 def token_versions(trajectory: Trajectory) -> list[tuple[int, int]]:
-    """(policy version, generated tokens) of each turn; one entry with the trajectory's version if none."""
+    """(policy version, generated tokens) of each turn, or of each version within a turn whose ids were
+    sampled by several (`Turn.token_versions`); one entry with the trajectory's version if no turn."""
     turns = [turn for segment in trajectory.segments for turn in segment.turns]
     if not turns:
         return [(trajectory.policy_version, 0)]
-    return [(turn.policy_version, len(turn.generated_ids)) for turn in turns]
+    counts: list[tuple[int, int]] = []
+    for turn in turns:
+        if turn.token_versions is None:
+            counts.append((turn.policy_version, len(turn.generated_ids)))
+        else:
+            counts += [(v, turn.token_versions.count(v)) for v in sorted(set(turn.token_versions))]
+    return counts
 
 
 def fresh_groups(

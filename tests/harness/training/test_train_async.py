@@ -54,3 +54,27 @@ def test_groups_older_than_max_staleness_are_dropped_and_counted(
     trained = trained_staleness(tmp_path / "run")
     assert trained and all(staleness == 0 for _, staleness in trained)
     assert 1 not in {step for step, _ in trained}
+
+
+def test_a_turn_sampled_across_a_weight_update_counts_each_token_at_its_own_version() -> None:
+    """A batched sampler loads new weights between decode steps: one turn's ids can carry two versions,
+    and staleness counts each id at its own (the oldest decides whether its group is kept)."""
+    from harness.agent.trajectory import Segment, Trajectory, Turn
+    from harness.training.async_rollouts import fresh_groups, token_versions
+
+    turn = Turn(
+        text="x",
+        generated_ids=[1, 2, 3, 4],
+        logprobs=[0.0] * 4,
+        policy_version=2,
+        token_versions=[2, 2, 3, 3],
+    )
+    plain = Turn(text="y", generated_ids=[5, 6], logprobs=[0.0] * 2, policy_version=3)
+    trajectory = Trajectory(
+        id="t/0", run="r", task_id="t", group_id="g", sample_index=0, policy="hf:m", seed=0, trainable=True,
+        segments=[Segment(index=0, prompt_ids=[0], turns=[turn, plain])],
+    )  # fmt: skip
+    assert token_versions(trajectory) == [(2, 2), (3, 2), (3, 2)]
+    kept, metrics = fresh_groups([trajectory], learner_version=4, max_staleness=2)
+    assert kept and metrics["staleness_mean"] == (2 * 2 + 1 * 4) / 6 and metrics["staleness_max"] == 2
+    assert fresh_groups([trajectory], learner_version=4, max_staleness=1)[0] == []

@@ -1,0 +1,397 @@
+"""Continuous batching for an in-process Hugging Face causal LM (issue 35).
+
+One thread owns the model. Each step it decodes one token for every live sequence in a single forward
+pass over a slot KV cache (`SlotCache`), then prefills one chunk (`prefill_chunk` ids at most) of the
+next waiting prompt, so a long prompt holds up the others' decode by one chunk a step, never by its whole
+length. A sequence joins the decode batch once its prompt is cached and leaves it when it stops.
+
+What each sequence gets is its own: it samples from its own row of logits with its own
+`torch.Generator`, so a request's seed gives the same ids whatever else is in the batch (up to float
+rounding between batch shapes, which can flip a near-tie), and the log-prob of each id is taken from the
+distribution it was drawn from (`sample_token`). The model changes only between steps: the caller's lock
+is held for each step, and whoever loads weights takes it too; each id records the version that sampled
+it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+from transformers import PreTrainedModel
+
+from policies.base import Generation, SamplingParams
+
+
+def sample_rows(
+    logits: torch.Tensor, params: list[SamplingParams], generators: list[torch.Generator]
+) -> list[tuple[int, float]]:
+    """One id per row of `logits` (B, V), row b drawn with `params[b]` from its own `generators[b]`, each
+    with its log-prob under the distribution it was drawn from (see policies/hf.py's docstring).
+
+    A draw is one uniform number u from the row's generator and the first id whose cumulative probability
+    passes u times the row's total (inverse-CDF sampling), so a row's id depends only on its own logits and
+    generator, never on the other rows. The cumulative sum is taken in float64: in float32 its rounding
+    differs between batch shapes by up to ~1e-4 over a vocabulary, which moved an id one place about once
+    in 3,000 tokens; in float64 only the logits' own rounding (~1e-6) can, at a boundary it falls on."""
+    logits = logits.float()
+    scale = torch.tensor([[p.temperature or 1.0] for p in params], device=logits.device)  # (B, 1)
+    logp = torch.log_softmax(logits / scale, dim=-1)  # (B, V)
+    uniform = torch.stack([torch.rand((), generator=g, device=g.device) for g in generators])  # (B,)
+    ids = _inverse_cdf(logp, uniform)  # (B,)
+    logps = logp.gather(1, ids[:, None])[:, 0].tolist()
+    greedy = torch.argmax(logits, dim=-1).tolist()  # (B,)
+    out: list[tuple[int, float]] = []
+    for b, token in enumerate(ids.tolist()):
+        if params[b].temperature == 0:
+            out.append((greedy[b], float(logp[b, greedy[b]])))
+        elif params[b].top_p < 1:
+            out.append(_nucleus_draw(logp[b], params[b].top_p, uniform[b : b + 1]))
+        else:
+            out.append((token, logps[b]))
+    return out
+
+
+def _inverse_cdf(logp: torch.Tensor, uniform: torch.Tensor) -> torch.Tensor:
+    """Per row of `logp` (B, V), the first id whose float64 cumulative probability exceeds `uniform` (B,)
+    times the row's total: (B,) ids."""
+    cdf = logp.double().exp().cumsum(dim=-1)  # (B, V)
+    target = uniform.double()[:, None] * cdf[:, -1:]  # (B, 1)
+    return torch.searchsorted(cdf, target, right=True)[:, 0].clamp(max=logp.shape[1] - 1)
+
+
+def _nucleus_draw(logp: torch.Tensor, top_p: float, uniform: torch.Tensor) -> tuple[int, float]:
+    """An id drawn at `uniform` (1,) from the nucleus of `logp` (V,), with its renormalised log-prob."""
+    sorted_logp, order = torch.sort(logp, descending=True)  # (V,), (V,)
+    sorted_p = sorted_logp.exp()
+    # The nucleus (Holtzman et al. 2020, eq. 2): the most likely ids until their mass reaches top_p.
+    outside = sorted_p.cumsum(dim=-1) - sorted_p >= top_p  # (V,)
+    nucleus = torch.log_softmax(sorted_logp.masked_fill(outside, float("-inf")), dim=-1)  # (V,)
+    i = int(_inverse_cdf(nucleus[None], uniform)[0])
+    return int(order[i]), float(nucleus[i])
+
+
+def sample_token(
+    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator
+) -> tuple[int, float]:
+    """`sample_rows` of one row `logits` (V,)."""
+    params = SamplingParams(temperature=temperature, top_p=top_p)
+    return sample_rows(logits[None], [params], [generator])[0]
+
+
+class SlotCache:
+    """Keys and values of the live sequences: per layer one (slots, kv_heads, capacity, head_dim) tensor
+    for keys and one for values; the sequence in slot s owns row s's first positions. It answers the one
+    call transformers' attention layers make on a cache, `update`, writing where `aim` said."""
+
+    def __init__(self, model: PreTrainedModel) -> None:
+        config = model.config
+        heads = config.num_attention_heads
+        self.kv_heads: int = getattr(config, "num_key_value_heads", None) or heads
+        self.head_dim: int = getattr(config, "head_dim", None) or config.hidden_size // heads
+        self.layers: int = config.num_hidden_layers
+        parameter = next(model.parameters())
+        self.dtype, self.device = parameter.dtype, parameter.device
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.slots = self.capacity = 0
+        self._rows = slice(0, 0)
+        self._index: tuple[torch.Tensor, torch.Tensor] | None = None
+        self._length = 0
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """At least `slots` rows of at least `capacity` positions, each grown by doubling, contents kept."""
+        if slots <= self.slots and capacity <= self.capacity:
+            return
+        new_slots = max(slots, 2 * self.slots) if slots > self.slots else self.slots
+        new_capacity = max(capacity, 2 * self.capacity) if capacity > self.capacity else self.capacity
+        shape = (new_slots, self.kv_heads, new_capacity, self.head_dim)
+
+        def grown(old: torch.Tensor | None) -> torch.Tensor:
+            new = torch.zeros(shape, dtype=self.dtype, device=self.device)
+            if old is not None:
+                new[: self.slots, :, : self.capacity] = old
+            return new
+
+        empty: list[torch.Tensor | None] = [None] * self.layers
+        old_keys = list(self.keys) or empty
+        old_values = list(self.values) or empty
+        self.keys = [grown(old) for old in old_keys]
+        self.values = [grown(old) for old in old_values]
+        self.slots, self.capacity = new_slots, new_capacity
+
+    def move(self, source: int, target: int, length: int) -> None:
+        """Slot `source`'s first `length` positions copied to slot `target` (a sequence changing slot)."""
+        for tensor in (*self.keys, *self.values):
+            tensor[target, :, :length] = tensor[source, :, :length]
+
+    def swap(self, one: int, other: int, length: int) -> None:
+        """Slots `one` and `other` exchange their first `length` positions."""
+        for tensor in (*self.keys, *self.values):
+            tensor[[one, other], :, :length] = tensor[[other, one], :, :length]
+
+    def aim(self, first: int, positions: torch.Tensor, length: int) -> None:
+        """The next forward's rows are slots first .. first + B - 1 (B = positions.shape[0]); row b's T new
+        keys go to the positions `positions[b]` (B, T); attention reads each row's first `length`."""
+        rows = torch.arange(first, first + positions.shape[0], device=self.device)[:, None]  # (B, 1)
+        self._index = (rows, positions)
+        self._rows = slice(first, first + positions.shape[0])
+        self._length = length
+
+    def update(
+        self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args: Any, **kwargs: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Writes a layer's new keys and values (B, kv_heads, T, head_dim) and returns what its attention
+        reads: (B, kv_heads, length, head_dim) each, a view of the rows (no copy)."""
+        assert self._index is not None, "aim() comes before a forward"
+        rows, positions = self._index  # (B, 1), (B, T)
+        keys, values = self.keys[layer_idx], self.values[layer_idx]
+        keys[rows, :, positions] = key.transpose(1, 2)  # indexed as (B, T, kv_heads, head_dim)
+        values[rows, :, positions] = value.transpose(1, 2)
+        return keys[self._rows, :, : self._length], values[self._rows, :, : self._length]
+
+
+def attention_masks(config: Any, positions: torch.Tensor, length: int) -> dict[str, torch.Tensor]:
+    """The boolean masks (B, 1, T, length) each kind of layer attends with: the query at `positions[b, t]`
+    sees the keys at positions j <= it, and a sliding-window layer only those with j > it - window
+    (transformers' own sliding-window rule). A row's positions past its own length are never seen."""
+    keys = torch.arange(length, device=positions.device)  # (L,)
+    query = positions[:, None, :, None]  # (B, 1, T, 1)
+    full = keys <= query  # (B, 1, T, L)
+    masks = {"full_attention": full}
+    window = getattr(config, "sliding_window", None)
+    if window:
+        masks["sliding_attention"] = full & (keys > query - window)
+    return masks
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One request: its prompt, how to sample, and what it has sampled so far."""
+
+    prompt: list[int]
+    params: SamplingParams
+    generator: torch.Generator
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    cached: int = 0
+    """How many positions of its `context` the cache holds."""
+    finish: Literal["stop", "length"] | None = None
+    error: BaseException | None = None
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def context(self) -> list[int]:
+        """What the cache must hold before the next decode step: every id so far but the last."""
+        return (self.prompt + self.ids)[:-1]
+
+    def last(self) -> int:
+        """The id the next decode step feeds."""
+        return self.ids[-1] if self.ids else self.prompt[-1]
+
+    def generation(self) -> Generation:
+        assert self.finish is not None
+        mixed = len(set(self.versions)) > 1
+        return Generation(
+            ids=self.ids, logprobs=self.logprobs, finish_reason=self.finish, policy_version=self.versions[0],
+            token_versions=list(self.versions) if mixed else None,
+        )  # fmt: skip
+
+
+class BatchScheduler:
+    """The thread that owns the model and decodes every live sequence together (the module docstring).
+
+    `submit` blocks until its sequence is done. `lock` is held for each step; `version` is read under it
+    for every id sampled. At most `max_batch` sequences are in the cache at once; more wait their turn.
+    The prompts being prefilled share a step's `prefill_chunk` ids (at least 16 each)."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        stop_ids: list[int],
+        version: Callable[[], int],
+        lock: threading.Lock,
+        max_batch: int = 16,
+        prefill_chunk: int = 256,
+    ) -> None:
+        if max_batch < 1 or prefill_chunk < 1:
+            raise ValueError(
+                f"max_batch and prefill_chunk must be at least 1, got {max_batch}, {prefill_chunk}"
+            )
+        self.model, self.stop_ids, self.version, self.lock = model, set(stop_ids), version, lock
+        self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
+        self.cache = SlotCache(model)
+        self.steps = 0
+        """Steps run: each a decode of the batch and/or one chunk of the prompts being prefilled."""
+        self._waiting: deque[Sequence] = deque()
+        self._decoding: list[Sequence] = []
+        """Sequence i sits in slot i."""
+        self._filling: list[Sequence] = []
+        """Contexts being prefilled: sequence j in slot len(_decoding) + j."""
+        self._cache_version = version()
+        """The weights' version that computed the cache's keys and values."""
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, sequence: Sequence) -> Generation:
+        """Queues `sequence`, waits until it is done, and returns what it sampled."""
+        with self._wake:
+            self._waiting.append(sequence)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._serve, name="harness-batch", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+        sequence.done.wait()
+        if sequence.error is not None:
+            raise sequence.error
+        return sequence.generation()
+
+    def run_here(self, sequences: list[Sequence]) -> list[Generation]:
+        """Runs `sequences` together to the end in this thread (no other request may be in flight)."""
+        self._waiting.extend(sequences)
+        while self._admit():
+            self._step()
+        for sequence in sequences:
+            if sequence.error is not None:
+                raise sequence.error
+        return [s.generation() for s in sequences]
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                while not self._admit():
+                    self._wake.wait()
+            self._step()
+
+    def _admit(self) -> bool:
+        """Waiting prompts start prefilling while there is room; whether there is work."""
+        while self._waiting and len(self._decoding) + len(self._filling) < self.max_batch:
+            self._filling.append(self._waiting.popleft())
+        return bool(self._decoding or self._filling)
+
+    def _step(self) -> None:
+        try:
+            with self.lock, torch.inference_mode():
+                self._refill_on_new_weights()
+                if self._decoding:
+                    self._decode()
+                if self._filling:
+                    self._prefill()
+                self.steps += 1
+        except BaseException as e:  # every sequence in the cache is lost with it; they are told why
+            for sequence in [*self._decoding, *self._filling]:
+                sequence.error = e
+                sequence.done.set()
+            self._decoding, self._filling = [], []
+            self.cache = SlotCache(self.model)
+        if not self._decoding and not self._filling:
+            self.cache = SlotCache(self.model)  # idle: its memory goes back
+
+    def _forward(self, inputs: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+        """The logits (B, V) after the last column of `inputs` (B, T) at `positions` (B, T), with the cache
+        aimed already. One query that may see every cached key (a lone decode) needs no mask."""
+        config = self.model.config
+        if inputs.shape == (1, 1) and not getattr(config, "sliding_window", None):
+            masks: dict[str, torch.Tensor | None] = dict.fromkeys(("full_attention", "sliding_attention"))
+        else:
+            masks = dict(attention_masks(config, positions, length))
+        out = self.model(
+            input_ids=inputs, position_ids=positions, attention_mask=masks, cache=self.cache, use_cache=True,
+            logits_to_keep=1,
+        )  # fmt: skip
+        logits: torch.Tensor = out.logits[:, -1]
+        return logits
+
+    def _decode(self) -> None:
+        batch = self._decoding
+        device = self.cache.device
+        positions = torch.tensor([[s.cached] for s in batch], device=device)  # (B, 1)
+        inputs = torch.tensor([[s.last()] for s in batch], device=device)  # (B, 1)
+        length = max(s.cached for s in batch) + 1
+        self.cache.reserve(len(batch) + len(self._filling), length)
+        self.cache.aim(0, positions, length)
+        logits = self._forward(inputs, positions, length)  # (B, V)
+        for sequence in batch:
+            sequence.cached += 1
+        self._sample(batch, logits)
+        for sequence in [s for s in batch if s.finish is not None]:
+            self._leave(sequence)
+
+    def _prefill(self) -> None:
+        """One chunk of every context being prefilled, in one forward pass (rows padded on the right: a pad's
+        key lands past its row's context, where no query looks before the row's own id overwrites it).
+        A context filled joins the decode batch, whose step feeds its last id and samples the next."""
+        rows, first = self._filling, len(self._decoding)
+        size = max(16, self.prefill_chunk // len(rows))
+        chunks = [s.context()[s.cached : s.cached + size] for s in rows]
+        width = max(len(c) for c in chunks)
+        if width:
+            device = self.cache.device
+            starts = torch.tensor([[s.cached] for s in rows], device=device)  # (B, 1)
+            positions = starts + torch.arange(width, device=device)  # (B, T)
+            length = int(positions.max()) + 1
+            self.cache.reserve(first + len(rows), length)
+            self.cache.aim(first, positions, length)
+            pad = [c[-1] if c else 0 for c in chunks]
+            inputs = torch.tensor(
+                [c + [pad[b]] * (width - len(c)) for b, c in enumerate(chunks)], device=device
+            )
+            self._forward(inputs, positions, length)  # the keys and values are what it is for
+        for sequence, chunk in zip(rows, chunks, strict=True):
+            sequence.cached += len(chunk)
+        for sequence in [s for s in rows if s.cached == len(s.context())]:
+            self._join(sequence)
+
+    def _join(self, sequence: Sequence) -> None:
+        """A context filled: it swaps slots with the first one being filled and joins the batch."""
+        first, j = len(self._decoding), self._filling.index(sequence)
+        if j:
+            other = self._filling[0]
+            self.cache.swap(first, first + j, max(sequence.cached, other.cached))
+            self._filling[0], self._filling[j] = sequence, other
+        self._filling.pop(0)
+        self._decoding.append(sequence)
+
+    def _refill_on_new_weights(self) -> None:
+        """After a weight update, every cached key and value is the old weights': each live sequence's
+        context is prefilled again before its next id, so that every id is sampled wholly by the version it
+        records (the learner's recomputation of its log-prob then agrees)."""
+        version = self.version()
+        if version == self._cache_version:
+            return
+        self._cache_version = version
+        self._filling = self._decoding + self._filling  # slots stay as they are
+        self._decoding = []
+        for sequence in self._filling:
+            sequence.cached = 0
+
+    def _sample(self, batch: list[Sequence], logits: torch.Tensor) -> None:
+        """Each sequence's next id from its row of `logits` (B, V)."""
+        drawn = sample_rows(logits, [s.params for s in batch], [s.generator for s in batch])
+        version = self.version()
+        for sequence, (token, logprob) in zip(batch, drawn, strict=True):
+            sequence.ids.append(token)
+            sequence.logprobs.append(logprob)
+            sequence.versions.append(version)
+            if token in self.stop_ids:
+                sequence.finish = "stop"
+            elif len(sequence.ids) >= sequence.params.max_new_tokens:
+                sequence.finish = "length"
+
+    def _leave(self, sequence: Sequence) -> None:
+        """`sequence` leaves the batch; the last one takes its slot, and the last prompt being filled takes
+        the slot that frees, so the batch stays rows 0 .. B - 1 and the prompts the rows after it."""
+        slot, last = self._decoding.index(sequence), len(self._decoding) - 1
+        if slot != last:
+            moved = self._decoding[last]
+            self.cache.move(last, slot, moved.cached)
+            self._decoding[slot] = moved
+        self._decoding.pop()
+        if self._filling:
+            self.cache.move(last + len(self._filling), last, self._filling[-1].cached)
+            self._filling.insert(0, self._filling.pop())
+        sequence.done.set()

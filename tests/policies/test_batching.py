@@ -1,0 +1,175 @@
+"""Continuous batching (policies/batching.py) keeps the TITO contract: a sequence sampled in a batch gets
+the ids and log-probs it gets alone, whatever else is in the batch, its log-probs are the learner's, and
+new weights land between decode steps, never under a token."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM
+
+from policies.base import Generation, SamplingParams
+from policies.batching import BatchScheduler, Sequence, sample_rows
+from policies.hf import HFPolicy, sequence_logprobs
+
+
+def prompt(n: int, length: int) -> list[int]:
+    """A deterministic prompt of `length` ids, different for each n."""
+    return [(37 * n + 11 * i) % 1900 + 20 for i in range(length)]
+
+
+def alone(policy: HFPolicy, prompt_ids: list[int], params: SamplingParams) -> Generation:
+    assert params.seed is not None
+    return policy.generate_alone(prompt_ids, params, torch.Generator().manual_seed(params.seed))
+
+
+def together(
+    policy: HFPolicy, requests: list[tuple[list[int], SamplingParams]], chunk: int
+) -> list[Generation]:
+    """The requests decoded as one batch on a scheduler of their own, prompts prefilled `chunk` ids a step."""
+    scheduler = BatchScheduler(
+        policy.model, policy.stop_ids(), lambda: policy.version, threading.Lock(), 16, chunk
+    )
+    sequences = [Sequence(p, s, torch.Generator().manual_seed(s.seed or 0)) for p, s in requests]
+    return scheduler.run_here(sequences)
+
+
+def assert_agree(policy: HFPolicy, prompt_ids: list[int], one: Generation, other: Generation) -> float:
+    """The same ids, and log-probs within 1e-5; a flip is reported with the two ids' log-probs where the
+    two paths parted (a near-tie that float rounding tipped), not hidden. Returns the largest gap."""
+    if one.ids != other.ids:
+        at = next(i for i, (a, b) in enumerate(zip(one.ids, other.ids, strict=False)) if a != b)
+        scores = sequence_logprobs(
+            policy.model, [*prompt_ids, *one.ids[:at], one.ids[at]], len(prompt_ids) + at, 1.0
+        )
+        rival = sequence_logprobs(
+            policy.model, [*prompt_ids, *one.ids[:at], other.ids[at]], len(prompt_ids) + at, 1.0
+        )
+        raise AssertionError(
+            f"ids part at {at}: {one.ids[at]} (log-prob {scores[-1]:.7f}) against {other.ids[at]} ({rival[-1]:.7f})"
+        )
+    gap = max(abs(a - b) for a, b in zip(one.logprobs, other.logprobs, strict=True))
+    assert gap <= 1e-5, gap
+    assert one.finish_reason == other.finish_reason
+    return gap
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 0.0])
+def test_a_sequence_gets_in_any_batch_what_it_gets_alone(tiny_policy: HFPolicy, temperature: float) -> None:
+    """The same seed on the same prompt, alone and in batches of other make-ups (other prompts, longer and
+    shorter, other lengths to generate, prompts prefilled in chunks of 7, 64 and 512 ids)."""
+    requests = [
+        (
+            prompt(n, 30 + 97 * n),
+            SamplingParams(max_new_tokens=20 + 9 * n, temperature=temperature, seed=100 + n),
+        )
+        for n in range(8)
+    ]
+    lone = [alone(tiny_policy, p, s) for p, s in requests]
+    makeups = {
+        "all eight": list(range(8)),
+        "three": [5, 0, 2],
+        "one": [3],
+        "reversed": list(range(7, -1, -1)),
+    }
+    for chunk in (7, 64, 512):
+        for name, picks in makeups.items():
+            batched = together(tiny_policy, [requests[i] for i in picks], chunk)
+            for i, generation in zip(picks, batched, strict=True):
+                gap = assert_agree(tiny_policy, requests[i][0], lone[i], generation)
+                assert gap <= 1e-5, (name, chunk, i)
+
+
+def test_top_p_sequences_batch_like_the_others(tiny_policy: HFPolicy) -> None:
+    requests = [(prompt(n, 40), SamplingParams(max_new_tokens=24, top_p=0.9, seed=n)) for n in range(4)]
+    for (p, s), generation in zip(requests, together(tiny_policy, requests, 16), strict=True):
+        assert_agree(tiny_policy, p, alone(tiny_policy, p, s), generation)
+
+
+def test_batched_log_probs_are_the_learners(tiny_policy: HFPolicy) -> None:
+    """The sampler-learner gap of batched sampling stays at the one-at-a-time level (<= 1e-4, float32)."""
+    requests = [
+        (prompt(n, 50 + 40 * n), SamplingParams(max_new_tokens=40, temperature=0.8, seed=n)) for n in range(6)
+    ]
+    worst = 0.0
+    for (p, s), generation in zip(requests, together(tiny_policy, requests, 32), strict=True):
+        learner = sequence_logprobs(tiny_policy.model, p + generation.ids, len(p), s.temperature)
+        worst = max(worst, *(abs(a - b) for a, b in zip(generation.logprobs, learner, strict=True)))
+    assert worst <= 1e-4, worst
+
+
+def test_generations_from_threads_are_batched_and_equal_lone_ones(tiny_policy: HFPolicy) -> None:
+    requests = [(prompt(n, 60), SamplingParams(max_new_tokens=32, seed=n)) for n in range(8)]
+    before = tiny_policy._scheduler.steps
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        batched = list(pool.map(lambda r: tiny_policy.generate(*r), requests))
+    for (p, s), generation in zip(requests, batched, strict=True):
+        assert_agree(tiny_policy, p, alone(tiny_policy, p, s), generation)
+    # decoded together: far fewer steps than the 8 x 32 one-at-a-time forward passes
+    assert tiny_policy.batched and tiny_policy._scheduler.steps - before < 3 * 33
+
+
+def test_rows_are_sampled_from_their_own_generators() -> None:
+    logits = torch.randn(5, 300, generator=torch.Generator().manual_seed(0))
+    params = [SamplingParams(temperature=t, top_p=p) for t, p in [(1, 1), (0.5, 1), (0, 1), (1, 0.8), (2, 1)]]
+    rows = sample_rows(logits, params, [torch.Generator().manual_seed(i) for i in range(5)])
+    for b in range(5):
+        own = sample_rows(logits[b : b + 1], [params[b]], [torch.Generator().manual_seed(b)])
+        assert own == [rows[b]]
+    assert rows[2][0] == int(logits[2].argmax())
+
+
+def test_new_weights_land_between_tokens_and_each_token_records_its_version(tiny_model_path: Path) -> None:
+    """A weight update from another thread while four sequences decode: it waits for the step in flight,
+    and every token's log-prob is that of the weights its recorded version names, to float rounding: a
+    token sampled across the change would match neither."""
+    policy = HFPolicy(tiny_model_path)
+    old = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    torch.manual_seed(1)
+    other = AutoModelForCausalLM.from_pretrained(tiny_model_path)
+    with torch.no_grad():
+        for parameter in other.parameters():
+            parameter.add_(0.05 * torch.randn_like(parameter))
+    requests = [
+        (prompt(n, 40), SamplingParams(max_new_tokens=300, temperature=1.0, seed=n)) for n in range(4)
+    ]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [pool.submit(policy.generate, *r) for r in requests]
+        while policy._scheduler.steps < 40:
+            time.sleep(0.005)
+        policy.load_state_dict(other.state_dict(), version=1)
+        generations = [f.result() for f in futures]
+    new = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    switched = 0
+    for (p, s), generation in zip(requests, generations, strict=True):
+        versions = generation.token_versions or [generation.policy_version] * len(generation.ids)
+        assert versions == sorted(versions) and set(versions) <= {0, 1}
+        switched += len(set(versions)) == 2
+        by_version = {}
+        for version, weights in ((0, old), (1, new)):
+            policy.model.load_state_dict(weights)
+            by_version[version] = sequence_logprobs(policy.model, p + generation.ids, len(p), s.temperature)
+        for t, version in enumerate(versions):
+            assert abs(generation.logprobs[t] - by_version[version][t]) <= 1e-4, (t, version)
+            assert abs(generation.logprobs[t] - by_version[1 - version][t]) > 1e-4, (t, version)
+    assert switched >= 1, "no sequence was in flight when the weights changed"
+
+
+def test_a_step_that_fails_tells_every_sequence_and_the_next_request_runs(tiny_model_path: Path) -> None:
+    policy = HFPolicy(tiny_model_path)
+    params = SamplingParams(max_new_tokens=8, seed=0)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        policy.generate([10**6], params)
+    real_forward = policy._scheduler._forward
+    policy._scheduler._forward = lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory"))  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="out of memory"):
+        policy.generate(prompt(0, 10), params)
+    policy._scheduler._forward = real_forward  # type: ignore[method-assign]
+    assert_agree(
+        policy, prompt(0, 10), alone(policy, prompt(0, 10), params), policy.generate(prompt(0, 10), params)
+    )
