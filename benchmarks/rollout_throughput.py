@@ -1,18 +1,24 @@
-"""Rollout throughput with and without Ray, and how much of the time the learner waits, sync against async.
+"""Sampler and rollout throughput, and how much of the time the learner waits, sync against async.
 
     .venv/bin/python benchmarks/rollout_throughput.py [--episodes N] [--repeats N] [--steps N] [--json PATH]
+                                                      [--only sampler|rollouts|learner]
 
 Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ray cluster of 2 CPUs.
+
+- Sampler: sampled tokens per second of the in-process `hf` sampler on the tiny model, C clients at once
+  (C = 1, 4, 8, 16), each asking for generations of `max_new_tokens` 128 one after another on the
+  built-in tasks' real first prompts (system, tools, task: 600-900 ids), with the sampler decoding all
+  live sequences together (`policies/batching.py`) against the same sampler one generation at a time
+  (`batching=False`, the sampler before issue 35). Rounds interleaved, C and mode alternating.
 
 - Rollouts: episodes per minute of `scripted:gold` (the gold patch in a few tool calls) and of a tiny
   random `hf` model (`policies/tiny.py`; 4 turns of at most 32 tokens, so it never solves anything), in one process (`LocalRollouts`, 2 at a time)
   and on 2 Ray rollout workers (`harness/rollouts/cluster.py`, 1 episode at a time each). The same N episodes in
   each, the four runs interleaved and repeated (`--repeats`); the start-up (Ray actors, model load, first
   sandboxes, timed on 2 warm-up episodes) is reported apart from the steady rate.
-- Learner idle fraction: `harness train` on the tiny model for a few steps, in sync and in async mode
-  (in one process). Sync: the learner idles while the step's rollouts run, time_rollout_s /
-  (time_rollout_s + time_learn_s). Async: it idles only while it waits for a batch, time_wait_s /
-  (time_wait_s + time_learn_s). Step 0 (nothing to overlap yet) is left out.
+- Training steps: `harness train` on the tiny model for a few steps, sync and async alternating (in one
+  process): wall time per step, and the learner's idle share, the wall time it did not spend learning over
+  the whole wall time (1 - sum time_learn_s / wall). Step 0 (nothing to overlap yet) is left out.
 
 Numbers are measured side by side in one run; the host may be shared, so read the ratios, not the digits.
 """
@@ -23,8 +29,10 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 
@@ -35,15 +43,18 @@ from rich.console import Console
 from rich.table import Table
 
 from envs.sandbox import SandboxConfig
-from harness.agent.loop import LoopConfig
+from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
 from harness.rollouts.cluster import ClusterRollouts, start_local_ray
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import LocalRollouts
 from harness.training.train import TrainConfig, train
 from policies.base import SamplingParams
+from policies.chat_format import ChatFormat
+from policies.hf import HFPolicy
 from policies.spec import make_policy
 from policies.tiny import build_tiny_model
 from tasks.suite import load_suite
+from tools import Toolbox
 
 console = Console(width=max(Console().width, 110))
 
@@ -98,23 +109,69 @@ def combined(runs: list[dict[str, float]]) -> dict[str, float]:
     }
 
 
-def idle_fraction(model: Path, out: Path, mode: str, steps: int) -> dict[str, float]:
+CLIENTS = (1, 4, 8, 16)
+
+
+def real_prompts(policy: HFPolicy) -> list[list[int]]:
+    """The built-in tasks' first prompts (system, tools, task), as an episode's first generation sees them."""
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+    return [
+        fmt.prompt_ids(
+            [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": task.prompt()}],
+            Toolbox.for_task(task).schemas(),
+        )
+        for task in load_suite("builtin")
+    ]
+
+
+def sampled_per_second(policy: HFPolicy, prompts: list[list[int]], clients: int, batched: bool) -> float:
+    """Sampled tokens per second with `clients` threads, each generating on two prompts in turn."""
+    policy.batched = batched
+    jobs = [(prompts[(c * 2 + k) % len(prompts)], c * 2 + k) for c in range(clients) for k in range(2)]
+    params = [SamplingParams(max_new_tokens=128, temperature=1.0, seed=seed) for _, seed in jobs]
+    begun = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=clients) as pool:
+        done = list(pool.map(lambda j: policy.generate(j[0], params[j[1]]), jobs))
+    return sum(len(g.ids) for g in done) / (time.perf_counter() - begun)
+
+
+def sampler_rates(model: Path, repeats: int) -> dict[str, dict[str, list[float]]]:
+    """Per C, the tokens per second of each round, batched and one at a time, rounds interleaved."""
+    policy = HFPolicy(model)
+    assert policy.batched, "the tiny model must batch"
+    prompts = real_prompts(policy)
+    rates: dict[str, dict[str, list[float]]] = {str(c): {"batched": [], "serial": []} for c in CLIENTS}
+    for repeat in range(repeats):
+        for clients in CLIENTS:
+            for mode in ("serial", "batched") if repeat % 2 == 0 else ("batched", "serial"):
+                rate = sampled_per_second(policy, prompts, clients, mode == "batched")
+                rates[str(clients)][mode].append(rate)
+                console.print(f"sampler C={clients} {mode}: {rate:.0f} tokens/s")
+    return rates
+
+
+def training_steps(model: Path, out: Path, mode: str, steps: int, batched: bool) -> dict[str, float]:
+    """Wall time per step and the learner's idle share, in the training demo's GRPO settings (6 tasks of
+    6 rollouts a step, 128 new tokens a turn, temperature 0.8) on the tiny model. Batched, the rollouts run
+    12 at a time into the batching sampler; one at a time (before issue 35), 3, the demo's setting then."""
     config = TrainConfig.model_validate(
         {
-            "model": str(model), "suite": "builtin", "out": str(out), "mode": mode, "steps": steps,
-            "tasks_per_step": 2, "group_size": 2, "concurrency": 2,
-            "loop": {"max_turns": 4}, "sampling": {"max_new_tokens": 32, "temperature": 1.0},
-            "sandbox": {"backend": "bwrap"}, "learner": {"lr": 1e-4, "entropy_coef": 0.01},
+            "model": str(model), "mode": mode, "steps": steps, "tasks_per_step": 6, "sampler_batch": 16 if batched else 1,
+            "rollout": {
+                "suite": "demo", "out": str(out), "group_size": 6, "concurrency": 12 if batched else 3,
+                "sampling": {"max_new_tokens": 128, "temperature": 0.8}, "sandbox": {"backend": "bwrap"},
+            },
+            "learner": {"lr": 5e-4},
         }
     )  # fmt: skip
-    started = time.monotonic()
-    metrics = train(config)[1:]
-    waited = sum(m["time_wait_s" if mode == "async" else "time_rollout_s"] for m in metrics)
+    ends: list[float] = []
+    metrics = train(config, on_step=lambda _step, _metrics: ends.append(time.monotonic()))[1:]
+    wall = ends[-1] - ends[0]  # steps 1 .. n-1: from the end of step 0 to the end of the last
     learned = sum(m["time_learn_s"] for m in metrics)
     return {
-        "idle": waited / (waited + learned),
+        "idle": 1 - learned / wall,
         "learn_s_per_step": learned / len(metrics),
-        "wall_s": time.monotonic() - started,
+        "s_per_step": wall / len(metrics),
     }
 
 
@@ -123,34 +180,81 @@ def main() -> int:
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--only", choices=("sampler", "rollouts", "learner"))
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
-    model = build_tiny_model(root / "tiny")
+    model = build_tiny_model(root / "tiny", hidden_size=96, layers=3)  # the training demo's model
+    facts: dict[str, object] = {"when": datetime.now().isoformat(), "machine": platform.platform(), "cpus": os.cpu_count(),
+                                "load_before": os.getloadavg()[0]}  # fmt: skip
+    if args.only in (None, "sampler"):
+        facts["sampler"] = sampler_rates(model, args.repeats)
+        report_sampler(facts["sampler"])  # type: ignore[arg-type]
+    if args.only in (None, "rollouts"):
+        facts["rollouts"] = rollout_rates(model, root, args.episodes, args.repeats)
+    if args.only in (None, "learner"):
+        steps: dict[str, list[dict[str, float]]] = {}
+        for repeat in range(args.repeats):  # interleaved, so background load weighs on all alike
+            for name, mode, batched in (("sync, one at a time", "sync", False), ("sync, batched", "sync", True),
+                                        ("async, batched", "async", True)):  # fmt: skip
+                out = root / f"train-{mode}-{batched}-{repeat}"
+                steps.setdefault(name, []).append(training_steps(model, out, mode, args.steps, batched))
+                console.print(name, steps[name][-1])
+        facts["training"] = steps
+        report_training(steps)
+    facts["load_after"] = os.getloadavg()[0]
+    if args.json:
+        args.json.write_text(json.dumps(facts, indent=1))
+    return 0
+
+
+def rollout_rates(model: Path, root: Path, episodes: int, repeats: int) -> dict[str, dict[str, float]]:
     start_local_ray(num_cpus=2)
     runs: dict[str, list[dict[str, float]]] = {}
     try:
-        for repeat in range(args.repeats):  # interleaved, so background load weighs on all alike
+        for repeat in range(repeats):  # interleaved, so background load weighs on all alike
             for name, policy in (("scripted:gold", "scripted:gold"), ("hf tiny", f"hf:{model}")):
                 for with_ray in (False, True):
                     key = f"{name}, {'2 Ray workers' if with_ray else 'one process'}"
                     out = root / f"{key.replace(' ', '_')}-{repeat}"
-                    runs.setdefault(key, []).append(timed_rollouts(policy, out, args.episodes, with_ray))
+                    runs.setdefault(key, []).append(timed_rollouts(policy, out, episodes, with_ray))
                     console.print(key, runs[key][-1])
     finally:
         ray.shutdown()
     rates = {key: combined(r) for key, r in runs.items()}
-    idle = {
-        mode: idle_fraction(model, root / f"train-{mode}", mode, args.steps) for mode in ("sync", "async")
-    }
-    report(rates, idle, args.episodes * args.repeats)
-    if args.json:
-        facts = {"when": datetime.now().isoformat(), "machine": platform.platform(), "cpus": os.cpu_count()}
-        args.json.write_text(json.dumps({**facts, "rollouts": rates, "learner_idle": idle}, indent=1))
-    return 0
+    report_rollouts(rates, episodes * repeats)
+    return rates
 
 
-def report(rates: dict[str, dict[str, float]], idle: dict[str, dict[str, float]], episodes: int) -> None:
+def spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.0f} ({min(values):.0f}-{max(values):.0f})"
+
+
+def report_sampler(rates: dict[str, dict[str, list[float]]]) -> None:
+    table = Table(title="sampled tokens / s, tiny model (demo shape), real first prompts, 128 new tokens")
+    for column in ("clients C", "one at a time", "batched", "batched / one at a time"):
+        table.add_column(column, justify="right")
+    for clients, r in rates.items():
+        ratios = [b / s for b, s in zip(r["batched"], r["serial"], strict=True)]
+        table.add_row(clients, spread(r["serial"]), spread(r["batched"]),
+                      f"{statistics.median(ratios):.2f}x ({min(ratios):.2f}-{max(ratios):.2f})")  # fmt: skip
+    console.print(table)
+
+
+def report_training(steps: dict[str, list[dict[str, float]]]) -> None:
+    table = Table(title="training steps, the demo's GRPO settings, tiny model, steps after the first")
+    for column in ("", "s / step", "vs sync one at a time", "learner idle share", "learn s / step"):
+        table.add_column(column, justify="right" if column else "left")
+    base = statistics.median(r["s_per_step"] for r in steps["sync, one at a time"])
+    for name, runs in steps.items():
+        per_step = [r["s_per_step"] for r in runs]
+        table.add_row(name, f"{statistics.median(per_step):.2f} ({min(per_step):.2f}-{max(per_step):.2f})",
+                      f"{base / statistics.median(per_step):.2f}x", f"{statistics.median(r['idle'] for r in runs):.1%}",
+                      f"{statistics.median(r['learn_s_per_step'] for r in runs):.2f}")  # fmt: skip
+    console.print(table)
+
+
+def report_rollouts(rates: dict[str, dict[str, float]], episodes: int) -> None:
     table = Table(title=f"rollouts, {episodes} episodes each, bwrap, built-in suite")
     for column in ("", "episodes / min", "vs one process", "ready (s)", "solved"):
         table.add_column(column, justify="right" if column else "left")
@@ -159,12 +263,6 @@ def report(rates: dict[str, dict[str, float]], idle: dict[str, dict[str, float]]
         table.add_row(key, f"{r['per_minute']:.1f}", f"{r['per_minute'] / base:.2f}x", f"{r['ready_s']:.1f}",
                       f"{r['solved']:.0f}/{r['n']:.0f}")  # fmt: skip
     console.print(table)
-    learner = Table(title="learner idle fraction, tiny model, steps after the first")
-    for column in ("mode", "idle", "learn s / step", "wall s"):
-        learner.add_column(column)
-    for mode, v in idle.items():
-        learner.add_row(mode, f"{v['idle']:.1%}", f"{v['learn_s_per_step']:.2f}", f"{v['wall_s']:.0f}")
-    console.print(learner)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ it.
 from __future__ import annotations
 
 import threading
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -169,6 +169,61 @@ def attention_masks(config: Any, positions: torch.Tensor, length: int) -> dict[s
     return masks
 
 
+class PrefixStore:
+    """Keys and values of contexts that left the batch, for a later prompt that starts with the same ids: an
+    episode's next turn begins with its whole last context, and every first turn with the system prompt and
+    the tools. Such a prompt copies them instead of computing them again (what vLLM calls automatic prefix
+    caching). A context that extends a stored one replaces it; the oldest go first past `max_tokens`; all
+    go when the weights change (`clear`)."""
+
+    def __init__(self, max_tokens: int) -> None:
+        self.max_tokens = max_tokens
+        self.tokens = 0
+        self.entries: OrderedDict[int, tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]] = (
+            OrderedDict()
+        )
+        """id -> (its ids (n,), per layer keys and values (kv_heads, n, head_dim))."""
+        self._next = 0
+
+    def clear(self) -> None:
+        self.entries.clear()
+        self.tokens = 0
+
+    def keep(self, ids: list[int], keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+        if not ids or len(ids) > self.max_tokens:
+            return
+        held = torch.tensor(ids)
+        for key, (other, _, _) in list(self.entries.items()):
+            if len(other) <= len(held) and torch.equal(held[: len(other)], other):
+                self._drop(key)  # what it held is the start of this one
+        self.entries[self._next] = (held, keys, values)
+        self._next += 1
+        self.tokens += len(held)
+        while self.tokens > self.max_tokens:
+            self._drop(next(iter(self.entries)))
+
+    def longest(self, ids: list[int]) -> tuple[int, list[torch.Tensor], list[torch.Tensor]]:
+        """The most leading ids of `ids` a stored context holds, with that context's keys and values."""
+        if not self.entries or not ids:
+            return 0, [], []
+        wanted = torch.tensor(ids)
+        best, found = 0, -1
+        for key, (held, _, _) in self.entries.items():
+            n = min(len(held), len(wanted))
+            differ = torch.nonzero(held[:n] != wanted[:n])
+            common = int(differ[0]) if len(differ) else n
+            if common > best:
+                best, found = common, key
+        if not best:
+            return 0, [], []
+        self.entries.move_to_end(found)  # used: the last to go
+        _, keys, values = self.entries[found]
+        return best, keys, values
+
+    def _drop(self, key: int) -> None:
+        self.tokens -= len(self.entries.pop(key)[0])
+
+
 @dataclass(eq=False)
 class Sequence:
     """One request: its prompt, how to sample, and what it has sampled so far."""
@@ -181,6 +236,8 @@ class Sequence:
     versions: list[int] = field(default_factory=list)
     cached: int = 0
     """How many positions of its `context` the cache holds."""
+    reused: int | None = None
+    """Positions copied from the prefix store when it started prefilling (None: not looked up yet)."""
     finish: Literal["stop", "length"] | None = None
     error: BaseException | None = None
     done: threading.Event = field(default_factory=threading.Event)
@@ -216,7 +273,8 @@ class BatchScheduler:
         version: Callable[[], int],
         lock: threading.Lock,
         max_batch: int = 16,
-        prefill_chunk: int = 256,
+        prefill_chunk: int = 1024,
+        prefix_tokens: int = 65536,
     ) -> None:
         if max_batch < 1 or prefill_chunk < 1:
             raise ValueError(
@@ -225,6 +283,7 @@ class BatchScheduler:
         self.model, self.stop_ids, self.version, self.lock = model, set(stop_ids), version, lock
         self.max_batch, self.prefill_chunk = max_batch, prefill_chunk
         self.cache = SlotCache(model)
+        self.prefixes = PrefixStore(prefix_tokens)
         self.steps = 0
         """Steps run: each a decode of the batch and/or one chunk of the prompts being prefilled."""
         self._waiting: deque[Sequence] = deque()
@@ -326,6 +385,7 @@ class BatchScheduler:
         key lands past its row's context, where no query looks before the row's own id overwrites it).
         A context filled joins the decode batch, whose step feeds its last id and samples the next."""
         rows, first = self._filling, len(self._decoding)
+        self._reuse_prefixes(rows, first)
         size = max(16, self.prefill_chunk // len(rows))
         chunks = [s.context()[s.cached : s.cached + size] for s in rows]
         width = max(len(c) for c in chunks)
@@ -346,6 +406,22 @@ class BatchScheduler:
         for sequence in [s for s in rows if s.cached == len(s.context())]:
             self._join(sequence)
 
+    def _reuse_prefixes(self, rows: list[Sequence], first: int) -> None:
+        """Rows that just started prefilling copy what the prefix store holds of their context."""
+        for j, sequence in enumerate(rows):
+            if sequence.reused is not None:
+                continue
+            context = sequence.context()
+            common, keys, values = self.prefixes.longest(context)
+            sequence.reused = common
+            if not common:
+                continue
+            self.cache.reserve(first + len(rows), common)
+            for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+                self.cache.keys[layer][first + j, :, :common] = k[:, :common]
+                self.cache.values[layer][first + j, :, :common] = v[:, :common]
+            sequence.cached = common
+
     def _join(self, sequence: Sequence) -> None:
         """A context filled: it swaps slots with the first one being filled and joins the batch."""
         first, j = len(self._decoding), self._filling.index(sequence)
@@ -364,10 +440,11 @@ class BatchScheduler:
         if version == self._cache_version:
             return
         self._cache_version = version
+        self.prefixes.clear()
         self._filling = self._decoding + self._filling  # slots stay as they are
         self._decoding = []
         for sequence in self._filling:
-            sequence.cached = 0
+            sequence.cached, sequence.reused = 0, None
 
     def _sample(self, batch: list[Sequence], logits: torch.Tensor) -> None:
         """Each sequence's next id from its row of `logits` (B, V)."""
@@ -386,6 +463,13 @@ class BatchScheduler:
         """`sequence` leaves the batch; the last one takes its slot, and the last prompt being filled takes
         the slot that frees, so the batch stays rows 0 .. B - 1 and the prompts the rows after it."""
         slot, last = self._decoding.index(sequence), len(self._decoding) - 1
+        if self.prefixes.max_tokens:
+            held = sequence.cached
+            self.prefixes.keep(
+                (sequence.prompt + sequence.ids)[:held],
+                [k[slot, :, :held].clone() for k in self.cache.keys],
+                [v[slot, :, :held].clone() for v in self.cache.values],
+            )
         if slot != last:
             moved = self._decoding[last]
             self.cache.move(last, slot, moved.cached)

@@ -37,7 +37,8 @@ class HFPolicy:
     """A causal LM and its tokenizer loaded with `from_pretrained`.
 
     Calls to `generate` from several threads are decoded together (`max_batch` at once, prompts prefilled
-    `prefill_chunk` ids a step) unless `batching` is False or the model does not take the batched cache
+    `prefill_chunk` ids a step, what the last `prefix_tokens` ids of finished contexts share with a new
+    prompt copied, not computed) unless `batching` is False or the model does not take the batched cache
     (`batched` says which). When `SamplingParams.seed` is None, the n-th generation is seeded from
     (`seed`, n), so a run with a fixed policy seed is reproducible.
     """
@@ -53,7 +54,8 @@ class HFPolicy:
         seed: int = 0,
         batching: bool = True,
         max_batch: int = 16,
-        prefill_chunk: int = 256,
+        prefill_chunk: int = 1024,
+        prefix_tokens: int = 65536,
     ) -> None:
         self.spec = spec or f"hf:{path}"
         self.device = torch.device(device)
@@ -74,7 +76,13 @@ class HFPolicy:
         self._lock = threading.Lock()
         self._seed_lock = threading.Lock()
         self._scheduler = BatchScheduler(
-            self.model, self._stop_ids, lambda: self._version, self._lock, max_batch, prefill_chunk
+            self.model,
+            self._stop_ids,
+            lambda: self._version,
+            self._lock,
+            max_batch,
+            prefill_chunk,
+            prefix_tokens,
         )
         self.batched = batching and self._batching_agrees()
 

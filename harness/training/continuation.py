@@ -29,6 +29,7 @@ CHANGEABLE = (
     "device",
     "rollout.out",
     "rollout.concurrency",
+    "sampler_batch",
     "rollout.sandbox",
     "rollout.cluster",
 )

@@ -90,6 +90,10 @@ class TrainConfig(BaseModel):
     """How the sampler servers load new weights: `harness` (`harness serve`'s POST /v1/load_weights),
     `sglang` (POST /update_weights_from_disk) or `vllm` (`vllm serve` with VLLM_SERVER_DEV_MODE=1:
     POST /collective_rpc reload_weights, then /reset_prefix_cache; docs/scale.md)."""
+    sampler_batch: int = Field(default=16, ge=1)
+    """The in-process sampler decodes up to this many generations together, one forward pass a token
+    (policies/batching.py); 1 samples one generation at a time, the model held for its whole length (the
+    sampler before issue 35). `rollout.concurrency` episodes at once is what fills it."""
     mode: Literal["sync", "async"] = "sync"
     """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
     max_staleness: int = Field(default=1, ge=0)
@@ -502,7 +506,9 @@ def _rollouts(
             policy, server, config.rollout.out / "weights", None
         )
     if config.mode == "async":  # the in-process sampler is a copy: the learner's weights change under it
-        own = HFPolicy(weights_at, device=str(processes.device), seed=config.rollout.seed)
+        own = HFPolicy(
+            weights_at, device=str(processes.device), seed=config.rollout.seed, **sampler_options(config)
+        )
         own.set_version(version)
         return LocalRollouts(own, rollout_config, pool), to_copy(policy, own)
     sampler: TokenPolicy = ScriptedTokens(policy, tasks) if config.script else policy
@@ -565,13 +571,18 @@ def learn(
     return Learned(metrics, logprobs, optimizer)
 
 
+def sampler_options(config: TrainConfig) -> dict[str, Any]:
+    """The in-process sampler's batching settings (`HFPolicy`'s keywords)."""
+    return {"batching": config.sampler_batch > 1, "max_batch": config.sampler_batch}
+
+
 def _start_learner(
     config: TrainConfig, processes: Processes, weights_at: Path, found: Path | None
 ) -> tuple[HFPolicy, Learner, dict[str, Any] | None]:
     """The policy on this process's device, its learner, and the trainer state of checkpoint `found`
     (whose optimizer state the learner takes)."""
     device = str(processes.device)
-    policy = HFPolicy(weights_at, device=device, seed=config.rollout.seed)
+    policy = HFPolicy(weights_at, device=device, seed=config.rollout.seed, **sampler_options(config))
     model = policy.model
     if processes.main and processes.world > 1 and config.learner.parallel == "fsdp":
         model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one

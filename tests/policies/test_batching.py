@@ -173,3 +173,26 @@ def test_a_step_that_fails_tells_every_sequence_and_the_next_request_runs(tiny_m
     assert_agree(
         policy, prompt(0, 10), alone(policy, prompt(0, 10), params), policy.generate(prompt(0, 10), params)
     )
+
+
+def test_a_next_turn_reuses_the_last_context_and_gets_what_it_gets_alone(tiny_model_path: Path) -> None:
+    """The prefix store: an episode's next prompt begins with its last context, whose keys and values are
+    copied, not computed, and what it samples is what it samples alone; new weights empty the store."""
+    policy = HFPolicy(tiny_model_path)
+    scheduler = policy._scheduler
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=3)
+    first = Sequence(prompt(1, 300), params, torch.Generator().manual_seed(3))
+    scheduler.run_here([first])
+    turn = first.prompt + first.ids + prompt(2, 40)  # the model's reply and a tool's answer appended
+    second = Sequence(turn, params, torch.Generator().manual_seed(3))
+    scheduler.run_here([second])
+    assert second.reused == len(first.prompt) + len(first.ids) - 1
+    assert_agree(policy, turn, alone(policy, turn, params), second.generation())
+    other = Sequence(prompt(1, 200) + prompt(5, 30), params, torch.Generator().manual_seed(3))  # shares 200
+    scheduler.run_here([other])
+    assert other.reused == 200
+    assert_agree(policy, other.prompt, alone(policy, other.prompt, params), other.generation())
+    policy.set_version(1)
+    again = Sequence(turn, params, torch.Generator().manual_seed(3))
+    scheduler.run_here([again])
+    assert again.reused == 0  # the stored keys were the old weights'

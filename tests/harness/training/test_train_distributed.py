@@ -27,9 +27,12 @@ ROOT = Path(__file__).parents[3]
 
 
 def small_config(model: Path, out: Path, steps: int = 2, parallel: str = "replicate") -> TrainConfig:
+    """`config`'s run on the CPU, its generations sampled one at a time: runs compared bit for bit must not
+    depend on which episodes happened to be decoded together (batched, log-probs agree to ~1e-7 only)."""
     return config(model, out, steps).model_copy(
         update={
             "device": "cpu",
+            "sampler_batch": 1,
             "learner": config(model, out, steps).learner.model_copy(update={"parallel": parallel}),
         }
     )
