@@ -16,9 +16,11 @@ Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ra
   and on 2 Ray rollout workers (`harness/rollouts/cluster.py`, 1 episode at a time each). The same N episodes in
   each, the four runs interleaved and repeated (`--repeats`); the start-up (Ray actors, model load, first
   sandboxes, timed on 2 warm-up episodes) is reported apart from the steady rate.
-- Training steps: `harness train` on the tiny model for a few steps, sync and async alternating (in one
-  process): wall time per step, and the learner's idle share, the wall time it did not spend learning over
-  the whole wall time (1 - sum time_learn_s / wall). Step 0 (nothing to overlap yet) is left out.
+- Training steps: the training demo's GRPO run (`harness demo`'s step 4: 6 tasks x 6 rollouts a step,
+  self-summaries, from the demo's warm start, made once here) for a few steps, in turn: sync sampling
+  one generation at a time with 3 episodes at once (the demo before issue 35), sync batched with 12,
+  async batched with 12. Wall time per step, and the learner's idle share, the wall time it did not spend
+  learning over the whole wall time (1 - sum time_learn_s / wall). Step 0 is left out.
 
 Numbers are measured side by side in one run; the host may be shared, so read the ratios, not the digits.
 """
@@ -47,7 +49,8 @@ from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
 from harness.rollouts.cluster import ClusterRollouts, start_local_ray
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import LocalRollouts
-from harness.training.train import TrainConfig, train
+from harness.training.train import train
+from harness.training.train_demo import DemoConfig, grpo_config, summary_budget, warm_start
 from policies.base import SamplingParams
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
@@ -150,29 +153,38 @@ def sampler_rates(model: Path, repeats: int) -> dict[str, dict[str, list[float]]
     return rates
 
 
-def training_steps(model: Path, out: Path, mode: str, steps: int, batched: bool) -> dict[str, float]:
-    """Wall time per step and the learner's idle share, in the training demo's GRPO settings (6 tasks of
-    6 rollouts a step, 128 new tokens a turn, temperature 0.8) on the tiny model. Batched, the rollouts run
-    12 at a time into the batching sampler; one at a time (before issue 35), 3, the demo's setting then."""
-    config = TrainConfig.model_validate(
-        {
-            "model": str(model), "mode": mode, "steps": steps, "tasks_per_step": 6, "sampler_batch": 16 if batched else 1,
-            "rollout": {
-                "suite": "demo", "out": str(out), "group_size": 6, "concurrency": 12 if batched else 3,
-                "sampling": {"max_new_tokens": 128, "temperature": 0.8}, "sandbox": {"backend": "bwrap"},
-            },
-            "learner": {"lr": 5e-4},
-        }
+TRAINING = (  # name, mode, sampler_batch, rollout.concurrency
+    ("sync, one at a time (before)", "sync", 1, 3),
+    ("sync, batched", "sync", 16, 12),
+    ("async, batched", "async", 16, 12),
+)
+
+
+def warm_started(root: Path) -> tuple[DemoConfig, Path]:
+    """The training demo's warm start (seed 0, bwrap), done once for every training run here."""
+    demo = DemoConfig(out=root / "demo", backend="bwrap")
+    base = build_tiny_model(root / "demo" / "base", seed=0, hidden_size=demo.hidden_size, layers=demo.layers)
+    model, _ = warm_start(demo, base, SandboxConfig(backend="bwrap"), Console(quiet=True))
+    return demo, model
+
+
+def training_steps(
+    demo: DemoConfig, model: Path, out: Path, steps: int, row: tuple[str, str, int, int]
+) -> dict[str, float]:
+    """Wall time per step and the learner's idle share of the demo's GRPO run (`train_demo.grpo_config`)
+    from its warm start, with the mode, sampler batch and concurrency of `row`."""
+    _, mode, batch, concurrency = row
+    config = grpo_config(demo, model, summary_budget(model, demo))
+    config = config.model_copy(
+        update={"mode": mode, "steps": steps, "checkpoint_every": steps, "sampler_batch": batch,
+                "rollout": config.rollout.model_copy(update={"out": out, "concurrency": concurrency})}
     )  # fmt: skip
     ends: list[float] = []
     metrics = train(config, on_step=lambda _step, _metrics: ends.append(time.monotonic()))[1:]
     wall = ends[-1] - ends[0]  # steps 1 .. n-1: from the end of step 0 to the end of the last
     learned = sum(m["time_learn_s"] for m in metrics)
-    return {
-        "idle": 1 - learned / wall,
-        "learn_s_per_step": learned / len(metrics),
-        "s_per_step": wall / len(metrics),
-    }
+    return {"idle": 1 - learned / wall, "learn_s_per_step": learned / len(metrics), "s_per_step": wall / len(metrics),
+            "reward_mean": sum(m["reward_mean"] for m in metrics) / len(metrics)}  # fmt: skip
 
 
 def main() -> int:
@@ -194,12 +206,12 @@ def main() -> int:
         facts["rollouts"] = rollout_rates(model, root, args.episodes, args.repeats)
     if args.only in (None, "learner"):
         steps: dict[str, list[dict[str, float]]] = {}
+        demo, warm = warm_started(root)
         for repeat in range(args.repeats):  # interleaved, so background load weighs on all alike
-            for name, mode, batched in (("sync, one at a time", "sync", False), ("sync, batched", "sync", True),
-                                        ("async, batched", "async", True)):  # fmt: skip
-                out = root / f"train-{mode}-{batched}-{repeat}"
-                steps.setdefault(name, []).append(training_steps(model, out, mode, args.steps, batched))
-                console.print(name, steps[name][-1])
+            for n, row in enumerate(TRAINING):
+                out = root / f"train-{n}-{repeat}"
+                steps.setdefault(row[0], []).append(training_steps(demo, warm, out, args.steps, row))
+                console.print(row[0], steps[row[0]][-1])
         facts["training"] = steps
         report_training(steps)
     facts["load_after"] = os.getloadavg()[0]
@@ -245,7 +257,7 @@ def report_training(steps: dict[str, list[dict[str, float]]]) -> None:
     table = Table(title="training steps, the demo's GRPO settings, tiny model, steps after the first")
     for column in ("", "s / step", "vs sync one at a time", "learner idle share", "learn s / step"):
         table.add_column(column, justify="right" if column else "left")
-    base = statistics.median(r["s_per_step"] for r in steps["sync, one at a time"])
+    base = statistics.median(r["s_per_step"] for r in steps[TRAINING[0][0]])
     for name, runs in steps.items():
         per_step = [r["s_per_step"] for r in runs]
         table.add_row(name, f"{statistics.median(per_step):.2f} ({min(per_step):.2f}-{max(per_step):.2f})",

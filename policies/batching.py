@@ -264,7 +264,7 @@ class BatchScheduler:
 
     `submit` blocks until its sequence is done. `lock` is held for each step; `version` is read under it
     for every id sampled. At most `max_batch` sequences are in the cache at once; more wait their turn.
-    The prompts being prefilled share a step's `prefill_chunk` ids (at least 16 each)."""
+    The contexts being prefilled share a step's `prefill_chunk` ids, first come first served."""
 
     def __init__(
         self,
@@ -381,17 +381,27 @@ class BatchScheduler:
             self._leave(sequence)
 
     def _prefill(self) -> None:
-        """One chunk of every context being prefilled, in one forward pass (rows padded on the right: a pad's
-        key lands past its row's context, where no query looks before the row's own id overwrites it).
-        A context filled joins the decode batch, whose step feeds its last id and samples the next."""
+        """The step's `prefill_chunk` ids of the contexts being prefilled, first come first served, in one
+        forward pass (rows padded on the right: a pad's key lands past its row's context, where no query
+        looks before the row's own id overwrites it). A row looks in the prefix store when its turn
+        comes, so a prompt admitted beside another with the same start (every first turn: the system
+        prompt and the tools) copies it once the other is filled instead of computing it too. A context
+        filled joins the decode batch, whose step feeds its last id and samples the next."""
         rows, first = self._filling, len(self._decoding)
-        self._reuse_prefixes(rows, first)
-        size = max(16, self.prefill_chunk // len(rows))
-        chunks = [s.context()[s.cached : s.cached + size] for s in rows]
+        chunks: list[list[int]] = []
+        budget = self.prefill_chunk
+        for j, sequence in enumerate(rows):
+            if budget == 0:
+                break
+            if sequence.reused is None:
+                self._reuse_prefix(sequence, first + j, first + len(rows))
+            context = sequence.context()
+            chunks.append(context[sequence.cached : sequence.cached + budget])
+            budget -= len(chunks[-1])
         width = max(len(c) for c in chunks)
         if width:
             device = self.cache.device
-            starts = torch.tensor([[s.cached] for s in rows], device=device)  # (B, 1)
+            starts = torch.tensor([[s.cached] for s in rows[: len(chunks)]], device=device)  # (B, 1)
             positions = starts + torch.arange(width, device=device)  # (B, T)
             length = int(positions.max()) + 1
             self.cache.reserve(first + len(rows), length)
@@ -401,26 +411,33 @@ class BatchScheduler:
                 [c + [pad[b]] * (width - len(c)) for b, c in enumerate(chunks)], device=device
             )
             self._forward(inputs, positions, length)  # the keys and values are what it is for
-        for sequence, chunk in zip(rows, chunks, strict=True):
+        for sequence, chunk in zip(rows, chunks, strict=False):
             sequence.cached += len(chunk)
-        for sequence in [s for s in rows if s.cached == len(s.context())]:
+        for sequence in [s for s in rows[: len(chunks)] if s.cached == len(s.context())]:
             self._join(sequence)
 
-    def _reuse_prefixes(self, rows: list[Sequence], first: int) -> None:
-        """Rows that just started prefilling copy what the prefix store holds of their context."""
-        for j, sequence in enumerate(rows):
-            if sequence.reused is not None:
-                continue
-            context = sequence.context()
-            common, keys, values = self.prefixes.longest(context)
-            sequence.reused = common
-            if not common:
-                continue
-            self.cache.reserve(first + len(rows), common)
-            for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
-                self.cache.keys[layer][first + j, :, :common] = k[:, :common]
-                self.cache.values[layer][first + j, :, :common] = v[:, :common]
-            sequence.cached = common
+    def _reuse_prefix(self, sequence: Sequence, slot: int, slots: int) -> None:
+        """`sequence` (in `slot`) copies what the prefix store holds of its context."""
+        common, keys, values = self.prefixes.longest(sequence.context())
+        sequence.reused = common
+        if not common:
+            return
+        self.cache.reserve(slots, common)
+        for layer, (k, v) in enumerate(zip(keys, values, strict=True)):
+            self.cache.keys[layer][slot, :, :common] = k[:, :common]
+            self.cache.values[layer][slot, :, :common] = v[:, :common]
+        sequence.cached = common
+
+    def _remember(self, sequence: Sequence, slot: int) -> None:
+        """The prefix store keeps `sequence`'s cached context (in `slot`)."""
+        if not self.prefixes.max_tokens:
+            return
+        held = sequence.cached
+        self.prefixes.keep(
+            (sequence.prompt + sequence.ids)[:held],
+            [k[slot, :, :held].clone() for k in self.cache.keys],
+            [v[slot, :, :held].clone() for v in self.cache.values],
+        )
 
     def _join(self, sequence: Sequence) -> None:
         """A context filled: it swaps slots with the first one being filled and joins the batch."""
@@ -431,6 +448,8 @@ class BatchScheduler:
             self._filling[0], self._filling[j] = sequence, other
         self._filling.pop(0)
         self._decoding.append(sequence)
+        if sequence.reused is not None and sequence.cached - sequence.reused >= 64:  # worth keeping now
+            self._remember(sequence, first)
 
     def _refill_on_new_weights(self) -> None:
         """After a weight update, every cached key and value is the old weights': each live sequence's
@@ -463,13 +482,7 @@ class BatchScheduler:
         """`sequence` leaves the batch; the last one takes its slot, and the last prompt being filled takes
         the slot that frees, so the batch stays rows 0 .. B - 1 and the prompts the rows after it."""
         slot, last = self._decoding.index(sequence), len(self._decoding) - 1
-        if self.prefixes.max_tokens:
-            held = sequence.cached
-            self.prefixes.keep(
-                (sequence.prompt + sequence.ids)[:held],
-                [k[slot, :, :held].clone() for k in self.cache.keys],
-                [v[slot, :, :held].clone() for v in self.cache.values],
-            )
+        self._remember(sequence, slot)
         if slot != last:
             moved = self._decoding[last]
             self.cache.move(last, slot, moved.cached)

@@ -52,7 +52,9 @@ def _group_stats(rewards: Tensor, group_ids: Sequence[str] | Tensor, valid: Tens
     valid = valid.bool()  # (N,)
     gid = _group_index(group_ids, rewards.device)  # (N,)
     groups = int(gid.max().item()) + 1 if gid.numel() else 0
-    r = torch.where(valid, rewards.float(), 0.0)  # (N,)
+    r = torch.where(
+        valid, rewards if rewards.is_floating_point() else rewards.float(), 0.0
+    )  # (N,) in their precision
     zeros = r.new_zeros(groups)  # (G,)
     count = zeros.index_add(0, gid, valid.to(r.dtype))  # (G,)
     total = zeros.index_add(0, gid, r)  # (G,)
@@ -96,7 +98,7 @@ def gpg_advantages(
         raise ValueError(f"f_norm must be positive, got {f_norm}")
     r, count, total, uniform = _group_stats(rewards, group_ids, valid)  # (N,) each
     informative = valid.bool() & ~uniform  # (N,)
-    alpha = valid.sum().float() / informative.sum().clamp(min=1).float()  # ()
+    alpha = valid.sum().to(r.dtype) / informative.sum().clamp(min=1).to(r.dtype)  # ()
     advantage = alpha * (r - total / count.clamp(min=1)) / f_norm  # (N,)
     return torch.where(informative, advantage, torch.zeros_like(advantage))
 

@@ -208,6 +208,27 @@ class Laps:
         return self.laps[name]
 
 
+def grpo_config(config: DemoConfig, sft_model: Path, summary: SummaryConfig) -> TrainConfig:
+    """Step 4 of the demo: its GRPO run's settings, from the warm-started model."""
+    sandbox = SandboxConfig.model_validate({"backend": config.backend})
+    return TrainConfig(
+        model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
+        checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr), credit=config.credit,
+        rollout=RolloutConfig(
+            suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
+            seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),
+            sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
+        ),
+    )  # fmt: skip
+
+
+def summary_budget(sft_model: Path, config: DemoConfig) -> SummaryConfig:
+    """The demo's self-summary settings: a budget just above its longest first prompt, so that every
+    episode summarizes itself."""
+    budget = prompt_tokens(HFPolicy(sft_model), "demo") + config.summary_margin_tokens  # one tokenizer
+    return SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
+
+
 def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
     console = console or Console()
     clock = Laps()
@@ -224,8 +245,8 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
     else:
         sft_model, epochs = reused_warm_start(config.warm_start_from), []
         console.print(f"[bold]1-2.[/] the tiny model as an earlier run warm-started it: {sft_model}")
-    budget = prompt_tokens(HFPolicy(sft_model), "demo") + config.summary_margin_tokens  # one tokenizer
-    summary = SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
+    summary = summary_budget(sft_model, config)
+    budget = summary.trigger_tokens
     console.print("[bold]3.[/] the warm-started model evaluated")
     baseline = evaluate(sft_model, config, summary, "eval-warm-start", console)
     console.print(
@@ -244,18 +265,7 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         )
 
     console.print(f"[bold]4.[/] GRPO, {config.grpo_steps} steps, summary budget {budget} tokens")
-    train(
-        TrainConfig(
-            model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
-            checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr), credit=config.credit,
-            rollout=RolloutConfig(
-                suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
-                seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),
-                sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
-            ),
-        ),
-        on_step=show,
-    )  # fmt: skip
+    train(grpo_config(config, sft_model, summary), on_step=show)
     console.print(f"   ({clock.lap('GRPO'):.0f}s)")
     final_model = config.out / "grpo" / "checkpoints" / f"step-{config.grpo_steps}" / "model"
     console.print("[bold]5.[/] the trained model evaluated on the same seeds")
