@@ -59,6 +59,10 @@ class RolloutConfig(BaseModel):
     """How the sandboxes are made, for the episodes and for grading."""
     reward: RewardConfig = Field(default_factory=RewardConfig)
     """How a grade becomes a reward."""
+    reuse_grades: bool = True
+    """A rollout whose patch was graded before in this process, on the same task with the same settings,
+    takes that grade (`Grade.reused`) instead of grading the same tree again (harness/rollouts/
+    grade_cache.py); false grades every rollout."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Rollouts on Ray actors; by default all in this process."""
     tools: ToolsConfig = Field(default_factory=ToolsConfig)

@@ -19,6 +19,7 @@ from envs.start_tree import run_setup
 from harness.agent.loop import Stopped, run_episode
 from harness.agent.trajectory import Timings, Trajectory
 from harness.rollouts.config import RolloutConfig
+from harness.rollouts.grade_cache import GRADES, grade_key
 from policies.base import Policy
 from tasks.model import Task
 from tools import Toolbox
@@ -97,6 +98,14 @@ def task_sandbox(task: Task, config: SandboxConfig) -> ReplacingSandbox:
     return ReplacingSandbox(lambda: start_task_sandbox(task, config))
 
 
+def graded(task: Task, patch: str, sandbox: SandboxConfig, config: RolloutConfig) -> Grade:
+    """`patch`'s grade: one of this process's earlier grades of the same tree when `reuse_grades`."""
+    if not config.reuse_grades:
+        return grade_patch(task, patch, sandbox, config.reward)
+    key = grade_key(task, patch, config.reward, sandbox)
+    return GRADES.grade(key, lambda: grade_patch(task, patch, sandbox, config.reward))
+
+
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
     return zlib.crc32(f"{seed}/{task_id}/{sample}".encode())
 
@@ -161,7 +170,7 @@ def run_one(
     finally:
         pool.release(task, sandbox)
     graded_at = time.monotonic()
-    grade = patch if isinstance(patch, Grade) else grade_patch(task, patch, pool.config, config.reward)
+    grade = patch if isinstance(patch, Grade) else graded(task, patch, pool.config, config)
     trajectory = trajectory.model_copy(
         update={
             "segments": episode.segments,
