@@ -18,8 +18,8 @@ Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ra
   sandboxes, timed on 2 warm-up episodes) is reported apart from the steady rate.
 - Training steps: the training demo's GRPO run (`harness demo`'s step 4: 6 tasks x 6 rollouts a step,
   self-summaries, from the demo's warm start, made once here) for a few steps, in turn: sync sampling
-  one generation at a time with 3 episodes at once (the demo before issue 35), sync batched with 12,
-  async batched with 12. Wall time per step, and the learner's idle share, the wall time it did not spend
+  one generation at a time with 3 episodes at once and every rollout graded (the demo before issue 35),
+  the same with grades of the same tree reused, sync batched with 12, async batched with 12. Wall time per step, and the learner's idle share, the wall time it did not spend
   learning over the whole wall time (1 - sum time_learn_s / wall). Step 0 is left out.
 
 Numbers are measured side by side in one run; the host may be shared, so read the ratios, not the digits.
@@ -153,10 +153,11 @@ def sampler_rates(model: Path, repeats: int) -> dict[str, dict[str, list[float]]
     return rates
 
 
-TRAINING = (  # name, mode, sampler_batch, rollout.concurrency
-    ("sync, one at a time (before)", "sync", 1, 3),
-    ("sync, batched", "sync", 16, 12),
-    ("async, batched", "async", 16, 12),
+TRAINING = (  # name, mode, sampler_batch, rollout.concurrency, rollout.reuse_grades
+    ("sync, one at a time, every rollout graded (before)", "sync", 1, 3, False),
+    ("sync, one at a time, grades reused", "sync", 1, 3, True),
+    ("sync, batched, grades reused", "sync", 16, 12, True),
+    ("async, batched, grades reused", "async", 16, 12, True),
 )
 
 
@@ -169,15 +170,15 @@ def warm_started(root: Path) -> tuple[DemoConfig, Path]:
 
 
 def training_steps(
-    demo: DemoConfig, model: Path, out: Path, steps: int, row: tuple[str, str, int, int]
+    demo: DemoConfig, model: Path, out: Path, steps: int, row: tuple[str, str, int, int, bool]
 ) -> dict[str, float]:
     """Wall time per step and the learner's idle share of the demo's GRPO run (`train_demo.grpo_config`)
     from its warm start, with the mode, sampler batch and concurrency of `row`."""
-    _, mode, batch, concurrency = row
+    _, mode, batch, concurrency, reuse = row
     config = grpo_config(demo, model, summary_budget(model, demo))
     config = config.model_copy(
         update={"mode": mode, "steps": steps, "checkpoint_every": steps, "sampler_batch": batch,
-                "rollout": config.rollout.model_copy(update={"out": out, "concurrency": concurrency})}
+                "rollout": config.rollout.model_copy(update={"out": out, "concurrency": concurrency, "reuse_grades": reuse})}
     )  # fmt: skip
     ends: list[float] = []
     metrics = train(config, on_step=lambda _step, _metrics: ends.append(time.monotonic()))[1:]

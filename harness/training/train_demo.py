@@ -21,7 +21,7 @@ from envs.factory import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig, RolloutSummary
+from harness.rollouts.config import RolloutConfig, RolloutSummary, host_concurrency
 from harness.rollouts.local import rollout
 from harness.training.learner import LearnerConfig
 from harness.training.sft import SFTConfig, run_sft
@@ -68,8 +68,9 @@ class DemoConfig(BaseModel):
     """Tasks per GRPO step; 6 is every task of the demo suite."""
     eval_samples: int = 8
     """Rollouts per task in each evaluation (warm start only, then after GRPO)."""
-    concurrency: int = 3
-    """Episodes at once in the evaluations and in GRPO's rollouts."""
+    concurrency: int = Field(default_factory=host_concurrency, ge=1)
+    """Episodes at once in the evaluations and in GRPO's rollouts; by default enough to keep the batched
+    sampler's decode batch full on this host (`host_concurrency`: 6 per CPU core, 4 to 16)."""
     temperature: float = 0.8
     """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48

@@ -12,6 +12,7 @@ from harness.rollouts.grade_cache import GradeCache
 from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from tasks.suite import load_suite
+from tests.harness.test_cli import harness
 
 
 def grade(reward: float, infra: str | None = None) -> Grade:
@@ -60,3 +61,5 @@ def test_a_group_that_writes_one_fix_grades_it_once(tmp_path: Path) -> None:
         grades = [t.grade for t in RunStore(out).trajectories()]
         assert all(g is not None and g.reward == 1.0 for g in grades)
         assert sum(bool(g and g.reused) for g in grades) == (3 if reuse else 0)
+    replayed = harness("replay", str(tmp_path / "reuse-True"), timeout=120)
+    assert replayed.returncode == 0 and "given again" in replayed.stdout
