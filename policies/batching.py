@@ -291,8 +291,8 @@ class BatchScheduler:
         """Sequence i sits in slot i."""
         self._filling: list[Sequence] = []
         """Contexts being prefilled: sequence j in slot len(_decoding) + j."""
-        self._cache_version = version()
-        """The weights' version that computed the cache's keys and values."""
+        self._cache_stamp = self._weights_stamp()
+        """The weights (version, in-place changes) that computed the cache's keys and values."""
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -416,6 +416,9 @@ class BatchScheduler:
         for sequence in [s for s in rows[: len(chunks)] if s.cached == len(s.context())]:
             self._join(sequence)
 
+    def _weights_stamp(self) -> tuple[int, int]:
+        return self.version(), sum(p._version for p in self.model.parameters())
+
     def _reuse_prefix(self, sequence: Sequence, slot: int, slots: int) -> None:
         """`sequence` (in `slot`) copies what the prefix store holds of its context."""
         common, keys, values = self.prefixes.longest(sequence.context())
@@ -454,11 +457,13 @@ class BatchScheduler:
     def _refill_on_new_weights(self) -> None:
         """After a weight update, every cached key and value is the old weights': each live sequence's
         context is prefilled again before its next id, so that every id is sampled wholly by the version it
-        records (the learner's recomputation of its log-prob then agrees)."""
-        version = self.version()
-        if version == self._cache_version:
+        records (the learner's recomputation of its log-prob then agrees), and the prefix store is emptied.
+        An update is a new version or any in-place change of a parameter (torch counts those per tensor:
+        a learner that steps the sampler's own model without a new version is caught too)."""
+        stamp = self._weights_stamp()
+        if stamp == self._cache_stamp:
             return
-        self._cache_version = version
+        self._cache_stamp = stamp
         self.prefixes.clear()
         self._filling = self._decoding + self._filling  # slots stay as they are
         self._decoding = []

@@ -70,7 +70,7 @@ if TYPE_CHECKING:
 
 ROLLOUT_KEYS = (
     "suite", "tasks", "group_size", "concurrency", "seed", "out",
-    "loop", "sampling", "summary", "sandbox", "reward", "cluster", "tools",
+    "loop", "sampling", "summary", "sandbox", "reward", "reuse_grades", "cluster", "tools",
 )  # fmt: skip
 """The rollout settings a training config held at its top level before they moved into `rollout`."""
 

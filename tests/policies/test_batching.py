@@ -192,7 +192,13 @@ def test_a_next_turn_reuses_the_last_context_and_gets_what_it_gets_alone(tiny_mo
     scheduler.run_here([other])
     assert other.reused == 200
     assert_agree(policy, other.prompt, alone(policy, other.prompt, params), other.generation())
-    policy.set_version(1)
+    with torch.no_grad():  # a learner stepping the sampler's own model, no new version said
+        next(policy.model.parameters()).mul_(1.01)
     again = Sequence(turn, params, torch.Generator().manual_seed(3))
     scheduler.run_here([again])
     assert again.reused == 0  # the stored keys were the old weights'
+    assert_agree(policy, turn, alone(policy, turn, params), again.generation())
+    policy.set_version(1)
+    after = Sequence(turn, params, torch.Generator().manual_seed(3))
+    scheduler.run_here([after])
+    assert after.reused == 0

@@ -334,5 +334,8 @@ def test_advantages_keep_the_rewards_precision(scale: str) -> None:
         expected = expected / (rewards.std() + 1e-6)
     assert torch.allclose(advantages, expected.flatten(), rtol=1e-12, atol=1e-15)
     assert group_advantages(rewards.float(), groups, valid, scale=scale)[0].dtype == torch.float32  # type: ignore[arg-type]
-    for other in (family.rloo_advantages(rewards, groups, valid), family.gpg_advantages(rewards, groups, valid)):
+    for other in (
+        family.rloo_advantages(rewards, groups, valid),
+        family.gpg_advantages(rewards, groups, valid),
+    ):
         assert other.dtype == torch.float64
