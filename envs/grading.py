@@ -105,8 +105,8 @@ class Grade(BaseModel):
     infra_error: str | None = None
     """Set when grading itself failed (sandbox or daemon trouble): not the patch's fault."""
     reused: bool = False
-    """Given again from an earlier grade of the same tree in this process, not graded again
-    (`harness/rollouts/grade_cache.py`, `RolloutConfig.reuse_grades`)."""
+    """The grade of the same patch graded for another rollout of the same batch, given again, not graded
+    again (`harness/rollouts/grade_cache.py`, `RolloutConfig.reuse_grades`)."""
     tampering: list[str] = Field(default_factory=list)
     """What the code under test changed in the test run itself (pytest, hooks, tests, the report), and
     canaries that passed; when set, every test counts as failed."""

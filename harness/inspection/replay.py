@@ -216,7 +216,7 @@ def grade_view(t: Trajectory, setup: RunSetup | None) -> RenderableType:
     if grade.infra_error:
         parts.append(Text(f"infra error: {grade.infra_error}", style="red"))
     if grade.reused:
-        parts.append(Text("the grade of the same tree graded earlier in this run's process, given again"))
+        parts.append(Text("the grade of the same patch graded for another rollout of its batch, given again"))
     if grade.apply_error:
         parts.append(Text(f"the patch did not apply: {grade.apply_error}", style="red"))
     if grade.dropped_paths:

@@ -70,9 +70,10 @@ class RolloutConfig(BaseModel):
     reward: RewardConfig = Field(default_factory=RewardConfig)
     """How a grade becomes a reward."""
     reuse_grades: bool = True
-    """A rollout whose patch was graded before in this process, on the same task with the same settings,
-    takes that grade (`Grade.reused`) instead of grading the same tree again (harness/rollouts/
-    grade_cache.py); false grades every rollout."""
+    """Rollouts of one batch (a training step's, a rollout command's, in one process) whose patches for a
+    task are the same text share one grade (`Grade.reused`) when it was decided cleanly, instead of
+    grading the same tree again (harness/rollouts/grade_cache.py); false grades every rollout. Rollouts on
+    Ray workers are graded each."""
     cluster: ClusterConfig = Field(default_factory=ClusterConfig)
     """Rollouts on Ray actors; by default all in this process."""
     tools: ToolsConfig = Field(default_factory=ToolsConfig)

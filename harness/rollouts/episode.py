@@ -19,7 +19,7 @@ from envs.start_tree import run_setup
 from harness.agent.loop import Stopped, run_episode
 from harness.agent.trajectory import Timings, Trajectory
 from harness.rollouts.config import RolloutConfig
-from harness.rollouts.grade_cache import GRADES, grade_key
+from harness.rollouts.grade_cache import GradeCache, grade_key
 from policies.base import Policy
 from tasks.model import Task
 from tools import Toolbox
@@ -98,12 +98,14 @@ def task_sandbox(task: Task, config: SandboxConfig) -> ReplacingSandbox:
     return ReplacingSandbox(lambda: start_task_sandbox(task, config))
 
 
-def graded(task: Task, patch: str, sandbox: SandboxConfig, config: RolloutConfig) -> Grade:
-    """`patch`'s grade: one of this process's earlier grades of the same tree when `reuse_grades`."""
-    if not config.reuse_grades:
+def graded(
+    task: Task, patch: str, sandbox: SandboxConfig, config: RolloutConfig, grades: GradeCache | None
+) -> Grade:
+    """`patch`'s grade: the batch's grade of the same patch when there is one and `reuse_grades`."""
+    if grades is None or not config.reuse_grades:
         return grade_patch(task, patch, sandbox, config.reward)
     key = grade_key(task, patch, config.reward, sandbox)
-    return GRADES.grade(key, lambda: grade_patch(task, patch, sandbox, config.reward))
+    return grades.grade(key, lambda: grade_patch(task, patch, sandbox, config.reward))
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
@@ -118,8 +120,10 @@ def run_one(
     pool: SandboxPool,
     stop: threading.Event,
     run_name: str,
+    grades: GradeCache | None = None,
 ) -> Trajectory:
-    """One rollout of one task: an episode, then its grade in a fresh sandbox."""
+    """One rollout of one task: an episode, then its grade in a fresh sandbox (or the grade `grades`, the
+    batch's, holds of the same patch)."""
     seed = episode_seed(config.seed, task.id, sample)
     try:
         version = policy.version if policy.kind == "token" else 0
@@ -170,7 +174,7 @@ def run_one(
     finally:
         pool.release(task, sandbox)
     graded_at = time.monotonic()
-    grade = patch if isinstance(patch, Grade) else graded(task, patch, pool.config, config)
+    grade = patch if isinstance(patch, Grade) else graded(task, patch, pool.config, config, grades)
     trajectory = trajectory.model_copy(
         update={
             "segments": episode.segments,

@@ -23,6 +23,7 @@ from harness.agent.loop import Stopped
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, RolloutSummary, changed_producers
 from harness.rollouts.episode import Job, Rollouts, SandboxPool, run_one
+from harness.rollouts.grade_cache import GradeCache
 from harness.rollouts.store import RunFileError, RunStore, read_lines
 from policies.base import Policy
 from policies.spec import check_spec, make_policy
@@ -60,9 +61,10 @@ class LocalRollouts:
         save_lock = threading.Lock()
         finished: list[Trajectory] = []
         policy, config, pool = self.policy, self.config, self.pool
+        grades = GradeCache()  # this batch's: a grade is shared by the same patches of one batch only
 
         def job(task: Task, sample: int) -> None:
-            trajectory = run_one(task, sample, policy, config, pool, stop, config.out.name)
+            trajectory = run_one(task, sample, policy, config, pool, stop, config.out.name, grades)
             with save_lock:
                 if stop.is_set() or closing.is_set():
                     return  # an interrupted run keeps only what finished before the interrupt

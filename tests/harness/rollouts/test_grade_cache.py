@@ -1,16 +1,18 @@
-"""Grades of the same tree are given again, not graded again (harness/rollouts/grade_cache.py)."""
+"""The rollouts of one batch with the same patch share its grade (harness/rollouts/grade_cache.py)."""
 
 from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 from envs.grading import Grade
 from harness.rollouts.config import RolloutConfig
-from harness.rollouts.grade_cache import GradeCache
-from harness.rollouts.local import rollout
+from harness.rollouts.grade_cache import GradeCache, shareable
+from harness.rollouts.local import LocalRollouts, rollout
 from harness.rollouts.store import RunStore
+from policies.spec import make_policy
 from tasks.suite import load_suite
 from tests.harness.test_cli import harness
 
@@ -45,6 +47,46 @@ def test_a_key_is_graded_once_even_when_asked_at_once_and_infra_errors_are_not_k
     cache.grade("d", slow("d"))  # two kept: "a", the least recently used, goes
     cache.grade("a", slow("a"))
     assert calls[-1] == "a"
+
+
+def test_only_a_grade_decided_cleanly_is_shared() -> None:
+    """A grade that met trouble (a test stopped at its time limit shows as `error` or `missing`, a file
+    that did not collect, tampering, an unexplained canary) is the first rollout's alone: one slow grade of
+    a right fix must not zero every copy of it."""
+    clean = grade(1.0).model_copy(update={"fail_to_pass": {"t::a": "passed"}, "canaries": {"c": "failed"}})
+    troubled = [
+        clean.model_copy(update={"fail_to_pass": {"t::a": "error"}}),
+        clean.model_copy(update={"pass_to_pass": {"t::b": "missing"}}),
+        clean.model_copy(update={"collect_errors": {"t.py": "SyntaxError"}}),
+        clean.model_copy(update={"tampering": ["a canary passed"]}),
+        clean.model_copy(update={"canaries": {"c": "unexplained"}}),
+    ]
+    assert shareable(clean) and not any(shareable(g) for g in troubled)
+    for bad in troubled:
+        cache = GradeCache()
+        assert [cache.grade("k", partial(lambda g: g, bad)).reused for _ in range(2)] == [False, False]
+    assert [GradeCache().grade("k", lambda: clean).reused for _ in range(1)] == [False]
+    shared = GradeCache()
+    assert [shared.grade("k", lambda: clean).reused for _ in range(2)] == [False, True]
+
+
+def test_a_grade_is_shared_within_one_batch_only(tmp_path: Path) -> None:
+    """Kept for a whole run, a grade that was lucky once would be paid to every later copy of its text,
+    and the policy would learn to write it (red team, docs/reliability.md 5g): the next batch grades
+    again."""
+    task = load_suite("builtin")[0]
+    config = RolloutConfig.model_validate(
+        {"suite": "builtin", "policy": "scripted:gold", "concurrency": 2, "out": str(tmp_path / "run"),
+         "sandbox": {"backend": "bwrap"}}
+    )  # fmt: skip
+    local = LocalRollouts(make_policy("scripted:gold"), config)
+    try:
+        first = local.run_batch([(task, 0), (task, 1)], lambda _: None)
+        second = local.run_batch([(task, 2)], lambda _: None)
+    finally:
+        local.close()
+    assert sorted(bool(t.grade and t.grade.reused) for t in first) == [False, True]
+    assert second[0].grade is not None and not second[0].grade.reused
 
 
 def test_a_group_that_writes_one_fix_grades_it_once(tmp_path: Path) -> None:
