@@ -132,17 +132,10 @@ def run_one(
     else:
         unversioned = ""
     trajectory = Trajectory(
-        id=f"{task.id}/{sample}",
-        run=run_name,
-        task_id=task.id,
-        group_id=f"{task.id}@v{version}",
-        sample_index=sample,
-        policy=policy.spec,
-        policy_version=version,
-        seed=seed,
-        trainable=policy.kind == "token",
-        timings=Timings(started_at=time.time()),
-    )
+        id=f"{task.id}/{sample}", run=run_name, task_id=task.id, group_id=f"{task.id}@v{version}",
+        sample_index=sample, policy=policy.spec, policy_version=version, seed=seed,
+        trainable=policy.kind == "token", timings=Timings(started_at=time.time()),
+    )  # fmt: skip
     started = time.monotonic()
     if unversioned:
         return _infra(trajectory, unversioned, started)

@@ -152,9 +152,10 @@ def jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in data.decode().splitlines()]
 
 
-IGNORED = ("timings", "run", "started_at", "policy")
+IGNORED = ("timings", "run", "started_at", "policy", "reused")
 """Durations and start times; the run's folder name; the policy spec, which names the folder of the
-weights (a resumed run's sampler loads them from its checkpoint: the same weights, `policy_version`)."""
+weights (a resumed run's sampler loads them from its checkpoint: the same weights, `policy_version`);
+which of a batch's rollouts with one patch graded it and which took its grade (`Grade.reused`: timing)."""
 
 
 def projection(value: Any) -> Any:
@@ -304,6 +305,7 @@ def train_config(model: Path, state_dir: Path, run: Path) -> Path:
         "sampling": {"max_new_tokens": 8, "temperature": 1.0},
         "sandbox": {"backend": "bwrap", "state_dir": str(state_dir)},
         "learner": {"lr": 1e-3, "entropy_coef": 0.01},
+        "sampler_batch": 1,  # compared bit for bit: which episodes share a decode step must not matter
     }
     path = run.parent / "train.yaml"
     run.parent.mkdir(parents=True, exist_ok=True)

@@ -127,12 +127,14 @@ shutdown kills its container."""
 def start_rollout(
     daemon: PrivateDaemon, run: Path, *overrides: str, policy: str = "scripted:gold"
 ) -> subprocess.Popen[str]:
-    """`harness rollout` of many solving episodes on `auto` (Docker: the daemon answers), with the probe."""
+    """`harness rollout` of many solving episodes on `auto` (Docker: the daemon answers), with the probe.
+    Every rollout is graded in a fresh sandbox (`reuse_grades=false`): the grades of one patch would
+    otherwise be shared, and grading is what keeps asking the daemon for sandboxes."""
     command = [
         *INJECT, "--heartbeat", str(run / "heartbeat.json"), "--",
         "rollout", "--suite", str(MINI), "--policy", policy, "--backend", "auto",
         "--group-size", "400", "--concurrency", "2", "--out", str(run / "out"),
-        f"sandbox.state_dir={run / 'state'}", *overrides,
+        f"sandbox.state_dir={run / 'state'}", "reuse_grades=false", *overrides,
     ]  # fmt: skip
     return subprocess.Popen(
         command,
