@@ -33,8 +33,8 @@ class ClusterConfig(BaseModel):
 
 def host_concurrency() -> int:
     """Episodes at once that keep a batched in-process sampler busy on this host while the others run
-    tools or are graded: 6 per CPU core, at least 4 and at most 16 (measured on 2 cores: 12 against 3 made
-    the demo's GRPO steps 1.9x faster, docs/benchmarks.md 2026-12-05)."""
+    tools or are graded: 6 per CPU core, at least 4 and at most 16 (measured on 2 cores, the demo's GRPO:
+    12 batched against 3 one at a time, 29.2 s to 20.2 s a step; docs/benchmarks.md 2026-12-05)."""
     return max(4, min(16, 6 * (os.cpu_count() or 1)))
 
 
