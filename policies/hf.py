@@ -2,8 +2,8 @@
 
 Generations from several threads are decoded together, one forward pass per step for all of them
 (`policies/batching.py`); a model whose forward pass does not take the batched cache, found by
-comparing a few batched steps with the one-at-a-time path when it loads, is sampled one generation at a
-time. Sampling is incremental with the KV cache. The log-prob of each sampled id is taken from the very
+comparing a few batched steps with the one-at-a-time path at its first generation, is sampled one
+generation at a time. Sampling is incremental with the KV cache. The log-prob of each sampled id is taken from the very
 distribution it was drawn from, so the learner can recompute it with one teacher-forced forward pass
 (`sequence_logprobs`) and get the same number up to float rounding:
 
@@ -28,7 +28,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 
 from policies.base import Generation, SamplingParams, Tokenizer
-from policies.batching import BatchScheduler, Sequence, sample_token
+from policies.batching import BatchScheduler, Sequence, sample_rows, sample_token
 
 __all__ = ["HFPolicy", "sample_token", "sequence_logprobs"]
 
@@ -84,7 +84,22 @@ class HFPolicy:
             prefill_chunk,
             prefix_tokens,
         )
-        self.batched = batching and self._batching_agrees()
+        self._batched: bool | None = None if batching else False
+        """Whether generations are decoded together; None: not known until the first generation asks (a
+        policy made only for its `.model`, a reference or a teacher, never pays for the check)."""
+
+    @property
+    def batched(self) -> bool:
+        """Whether generations are decoded together: asked for, and the model takes the batched cache."""
+        if self._batched is None:
+            with self._seed_lock:
+                if self._batched is None:
+                    self._batched = self._batching_agrees()
+        return self._batched
+
+    @batched.setter
+    def batched(self, value: bool) -> None:
+        self._batched = value
 
     @property
     def version(self) -> int:
@@ -150,7 +165,7 @@ class HFPolicy:
                     out = self.model(input_ids=inputs, cache=cache, use_cache=True, logits_to_keep=1)
                     cache = out.cache
                     next_logits = out.logits[0, -1]  # (V,)
-                    token, logprob = sample_token(next_logits, params.temperature, params.top_p, generator)
+                    ((token, logprob),) = sample_rows(next_logits[None], [params], [generator])
                     ids.append(token)
                     logprobs.append(logprob)
                     if token in self._stop_ids:

@@ -154,9 +154,11 @@ def test_new_weights_land_between_tokens_and_each_token_records_its_version(tiny
         for version, weights in ((0, old), (1, new)):
             policy.model.load_state_dict(weights)
             by_version[version] = sequence_logprobs(policy.model, p + generation.ids, len(p), s.temperature)
+        other = 0  # tokens whose log-prob the other weights give too, to 1e-4: by chance, a few in a thousand
         for t, version in enumerate(versions):
             assert abs(generation.logprobs[t] - by_version[version][t]) <= 1e-4, (t, version)
-            assert abs(generation.logprobs[t] - by_version[1 - version][t]) > 1e-4, (t, version)
+            other += abs(generation.logprobs[t] - by_version[1 - version][t]) <= 1e-4
+        assert other <= len(versions) // 20, other  # the two weights do tell the tokens apart
     assert switched >= 1, "no sequence was in flight when the weights changed"
 
 
@@ -165,6 +167,7 @@ def test_a_step_that_fails_tells_every_sequence_and_the_next_request_runs(tiny_m
     params = SamplingParams(max_new_tokens=8, seed=0)
     with pytest.raises(ValueError, match="outside the vocabulary"):
         policy.generate([10**6], params)
+    assert policy.batched  # decided at the first generation, before the forward pass below breaks
     real_forward = policy._scheduler._forward
     policy._scheduler._forward = lambda *a: (_ for _ in ()).throw(RuntimeError("out of memory"))  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="out of memory"):
