@@ -1,11 +1,17 @@
-"""Learner throughput, ours against TRL's GRPO loss path, on the same tiny model and the same batch.
+"""Learner throughput, ours against TRL's GRPO loss path, on the same model and the same batch, at two shapes.
 
-    .venv/bin/python benchmarks/learner.py [--quick] [--json PATH] [--threads N]
+    .venv/bin/python benchmarks/learner.py [--quick] [--shapes tiny,qwen2.5-0.5b-width] [--json PATH] [--threads N]
 
 One optimizer step (forward, backward, gradient clip, AdamW) over one batch of segments whose lengths
-are spread evenly from 256 to 4,096 tokens, each a prompt (loss mask 0) followed by model tokens (loss
-mask 1), on a randomly initialised Qwen2 (`policies/tiny.py`), float32 on the CPU, both paths without
-activation checkpointing and with the same learning rate.
+are spread evenly over a range, each a prompt (loss mask 0) followed by model tokens (loss mask 1), on a
+randomly initialised Qwen2, float32 on the CPU, both paths without activation checkpointing and with the
+same learning rate. Two shapes, one after the other (`SHAPES`):
+
+- `tiny`: hidden 128, 2 layers, vocabulary 2,048 (0.9 M parameters); 20 segments of 256-4,096 tokens.
+- `qwen2.5-0.5b-width`: Qwen2.5-0.5B's hidden size (896), heads (14 and 2), MLP (4,864) and vocabulary
+  (151,936) with 2 of its layers (166 M parameters, most of them the tied LM head); 8 segments of
+  128-768 tokens. The ratio users should expect is this one: at real widths the LM head and the MLPs
+  dominate, not the attention and the per-call overhead that a tiny model magnifies.
 
 - ours: `Learner.grpo_step`: rows sorted by length and cut into micro-batches under a token budget, each
   micro-batch's rows packed end to end (no padding; attention inside each row: `packing: true`, the
@@ -50,18 +56,19 @@ import psutil
 import torch
 from rich.console import Console
 from rich.table import Table
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from harness.training.learner import Learner, LearnerConfig, Row, micro_batches
 from harness.training.packing import attention_work
 from policies.tiny import build_tiny_model
 
 TARGET_RATIO = 1.5
-MODEL = {"vocab_size": 2048, "hidden_size": 128, "layers": 2, "heads": 2}
-"""Head size 64 as in real models; two layers keep a full run within ~4 minutes on 2 cores."""
-MICRO_BATCH_TOKENS = 8192
-"""Our token budget per micro-batch: the sum of the rows' lengths packed, rows x longest row padded (two
-rows of 4,096)."""
 TRL_MICRO_BATCH = 4
 """TRL's `per_device_train_batch_size`, sequences per micro-batch."""
 LR = 1e-6
@@ -82,8 +89,51 @@ class Plan:
     """Timed steps per path."""
 
 
-FULL = Plan(segments=20, min_len=256, max_len=4096, reps=3)
-QUICK = Plan(segments=12, min_len=256, max_len=3072, reps=2)
+@dataclass(frozen=True)
+class Shape:
+    """A Qwen2 model to measure on, with random weights, and the batches it is measured on."""
+
+    name: str
+    model: dict[str, int]
+    """vocab_size, hidden_size, intermediate_size, layers, heads, kv_heads."""
+    micro_batch_tokens: int
+    """Our token budget per micro-batch: the sum of the rows' lengths packed, rows x longest row padded."""
+    full: Plan
+    quick: Plan
+
+
+TINY = Shape(
+    "tiny",
+    {
+        "vocab_size": 2048,
+        "hidden_size": 128,
+        "intermediate_size": 512,
+        "layers": 2,
+        "heads": 2,
+        "kv_heads": 1,
+    },
+    8192,  # two rows of 4,096
+    Plan(segments=20, min_len=256, max_len=4096, reps=3),
+    Plan(segments=12, min_len=256, max_len=3072, reps=2),
+)
+"""Head size 64 as in real models; two layers keep a full run within ~4 minutes on 2 cores."""
+QWEN_WIDTH = Shape(
+    "qwen2.5-0.5b-width",
+    {
+        "vocab_size": 151936,
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "layers": 2,
+        "heads": 14,
+        "kv_heads": 2,
+    },
+    2048,  # the logits of 2,048 positions over 151,936 ids, with their gradient, are about 2.5 GB
+    Plan(segments=8, min_len=128, max_len=768, reps=2),
+    Plan(segments=4, min_len=128, max_len=512, reps=1),
+)
+"""Qwen2.5-0.5B's width, heads, MLP and vocabulary (its LM head, 136 M parameters, is most of the work)
+with 2 of its 24 layers, so a step fits a 2-core host: 166 M parameters."""
+SHAPES = {shape.name: shape for shape in (TINY, QWEN_WIDTH)}
 
 
 @dataclass(frozen=True)
@@ -113,6 +163,7 @@ class Results:
     date: str
     machine: dict[str, str]
     plan: Plan
+    shape: str
     model: dict[str, int]
     parameters: int
     lengths: list[int]
@@ -135,6 +186,20 @@ class Results:
     ratios: list[float]
     """The same from each repetition's pair of adjacent steps: how much the host's load moved it."""
     passed: bool
+
+
+def build_model(path: Path, shape: Shape) -> Path:
+    """The tiny model's tokenizer (2,048 ids; a larger vocabulary is padded beyond it, as Qwen's own is)
+    and a model of `shape` with weights drawn from seed 0."""
+    m = shape.model
+    build_tiny_model(path, seed=0, hidden_size=m["hidden_size"], layers=m["layers"], heads=m["heads"])
+    config = AutoConfig.from_pretrained(path)
+    config.vocab_size, config.intermediate_size = m["vocab_size"], m["intermediate_size"]
+    config.num_key_value_heads = m["kv_heads"]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        AutoModelForCausalLM.from_config(config).save_pretrained(path)
+    return path
 
 
 # ---- the batch -------------------------------------------------------------------------------------
@@ -269,28 +334,30 @@ def path_result(
     return PathResult(name, n_micro, computed, times, median, real / median, model / median)
 
 
-def measure(plan: Plan) -> Results:
+def measure(shape: Shape, plan: Plan) -> Results:
     import trl
 
     host = machine()
     torch.manual_seed(0)  # TRL's shuffle draws from the global generator
     with tempfile.TemporaryDirectory(prefix="bench-learner-") as tmp:
-        path = build_tiny_model(Path(tmp) / "model", seed=0, **MODEL)
+        path = build_model(Path(tmp) / "model", shape)
         tokenizer = AutoTokenizer.from_pretrained(path)
         pad_id = tokenizer.pad_token_id
         ours_model = AutoModelForCausalLM.from_pretrained(path)
-        learner = Learner(ours_model, LearnerConfig(lr=LR, micro_batch_tokens=MICRO_BATCH_TOKENS), pad_id)
+        learner = Learner(
+            ours_model, LearnerConfig(lr=LR, micro_batch_tokens=shape.micro_batch_tokens), pad_id
+        )
         padded = Learner(
             AutoModelForCausalLM.from_pretrained(path),
-            LearnerConfig(lr=LR, micro_batch_tokens=MICRO_BATCH_TOKENS, packing=False),
+            LearnerConfig(lr=LR, micro_batch_tokens=shape.micro_batch_tokens, packing=False),
             pad_id,
         )
         trainer = trl_trainer(AutoModelForCausalLM.from_pretrained(path), tokenizer, plan, Path(tmp) / "trl")
         parameters = sum(p.numel() for p in ours_model.parameters())
 
-        segments = make_segments(plan, len(tokenizer))
+        segments = make_segments(plan, shape.model["vocab_size"])
         rows = our_rows(segments)
-        warm = make_segments(replace(plan, min_len=64, max_len=256), len(tokenizer), seed=1)
+        warm = make_segments(replace(plan, min_len=64, max_len=256), shape.model["vocab_size"], seed=1)
         learner.grpo_step(our_rows(warm))
         padded.grpo_step(our_rows(warm))
         trl_step(trainer, warm, pad_id)
@@ -316,8 +383,8 @@ def measure(plan: Plan) -> Results:
     lengths = [len(s.ids) for s in segments]
     real = sum(lengths)
     model_tokens = sum(len(s.ids) - s.prompt_len for s in segments)
-    packed_batches = micro_batches(lengths, MICRO_BATCH_TOKENS, packed=True)
-    padded_batches = micro_batches(lengths, MICRO_BATCH_TOKENS)
+    packed_batches = micro_batches(lengths, shape.micro_batch_tokens, packed=True)
+    padded_batches = micro_batches(lengths, shape.micro_batch_tokens)
     ours = path_result("ours, packed", len(packed_batches), real, times["ours"], real, model_tokens)
     ours_padded = path_result(
         "ours, padded",
@@ -344,7 +411,8 @@ def measure(plan: Plan) -> Results:
         date=datetime.now().isoformat(timespec="seconds"),
         machine=host,
         plan=plan,
-        model=MODEL,
+        shape=shape.name,
+        model=shape.model,
         parameters=parameters,
         lengths=lengths,
         real_tokens=real,
@@ -364,7 +432,7 @@ def measure(plan: Plan) -> Results:
 def print_report(res: Results) -> None:
     shape = ", ".join(f"{k} {v}" for k, v in res.model.items())
     console.print(
-        f"\n[bold]Learner benchmark[/] {res.date}: {len(res.lengths)} segments of "
+        f"\n[bold]Learner benchmark, {res.shape}[/] {res.date}: {len(res.lengths)} segments of "
         f"{min(res.lengths):,}-{max(res.lengths):,} tokens, {res.real_tokens:,} real tokens "
         f"({res.model_tokens:,} with loss mask 1); Qwen2 {shape}: {res.parameters / 1e6:.2f} M parameters"
     )
@@ -409,6 +477,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a smaller, shorter batch: about a minute")
     parser.add_argument("--json", type=Path, help="also write the results to this file")
     parser.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help=f"of {', '.join(SHAPES)} (default: all, one after the other)",
+    )
+    parser.add_argument(
         "--threads", type=int, default=THREADS, help="torch's intra-op threads (default: %(default)s)"
     )
     args = parser.parse_args()
@@ -418,11 +491,14 @@ def main() -> int:
     except ImportError:
         console.print("[red]TRL is needed: .venv/bin/pip install -e '.[bench]'")
         return 2
-    results = measure(QUICK if args.quick else FULL)
-    print_report(results)
+    results = []
+    for name in args.shapes.split(","):
+        shape = SHAPES[name]
+        results.append(measure(shape, shape.quick if args.quick else shape.full))
+        print_report(results[-1])
     if args.json is not None:
-        args.json.write_text(json.dumps(asdict(results), indent=2) + "\n")
-    return 0 if results.passed else 1
+        args.json.write_text(json.dumps([asdict(r) for r in results], indent=2) + "\n")
+    return 0 if all(r.passed for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -49,10 +49,11 @@ from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
 from harness.rollouts.cluster import ClusterRollouts, start_local_ray
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import LocalRollouts
-from harness.training.train import train
+from harness.training.train import CpuThreads, train
 from harness.training.train_demo import DemoConfig, grpo_config, summary_budget, warm_start
 from policies.base import SamplingParams
 from policies.chat_format import ChatFormat
+from policies.cpu_threads import host_cores
 from policies.hf import HFPolicy
 from policies.spec import make_policy
 from policies.tiny import build_tiny_model
@@ -153,12 +154,19 @@ def sampler_rates(model: Path, repeats: int) -> dict[str, dict[str, list[float]]
     return rates
 
 
-TRAINING = (  # name, mode, sampler_batch, rollout.concurrency, rollout.reuse_grades
-    ("sync, one at a time, every rollout graded (before)", "sync", 1, 3, False),
-    ("sync, one at a time, grades reused", "sync", 1, 3, True),
-    ("sync, batched, grades reused", "sync", 16, 12, True),
-    ("async, batched, grades reused", "async", 16, 12, True),
+Row = tuple[str, str, int, int, bool, dict[str, int | None]]
+TRAINING: tuple[Row, ...] = (  # name, mode, sampler_batch, rollout.concurrency, rollout.reuse_grades, threads
+    ("sync, one at a time, every rollout graded (before)", "sync", 1, 3, False, {}),
+    ("sync, one at a time, grades reused", "sync", 1, 3, True, {}),
+    ("sync, batched, grades reused", "sync", 16, 12, True, {}),
+    ("async, batched, grades reused", "async", 16, 12, True, {}),
 )
+CORES = host_cores()
+SPLITS: tuple[Row, ...] = tuple(  # `--splits`: async mode with each learner / sampler thread split
+    (f"async, learner {learner} / sampler {sampler} threads", "async", 16, 12, True,
+     {"learner": learner, "sampler": sampler})
+    for learner, sampler in ((CORES, CORES), (max(1, CORES // 2), max(1, CORES // 2)), (CORES, 1), (1, CORES))
+)  # fmt: skip
 
 
 def warm_started(root: Path) -> tuple[DemoConfig, Path]:
@@ -169,15 +177,14 @@ def warm_started(root: Path) -> tuple[DemoConfig, Path]:
     return demo, model
 
 
-def training_steps(
-    demo: DemoConfig, model: Path, out: Path, steps: int, row: tuple[str, str, int, int, bool]
-) -> dict[str, float]:
+def training_steps(demo: DemoConfig, model: Path, out: Path, steps: int, row: Row) -> dict[str, float]:
     """Wall time per step and the learner's idle share of the demo's GRPO run (`train_demo.grpo_config`)
     from its warm start, with the mode, sampler batch and concurrency of `row`."""
-    _, mode, batch, concurrency, reuse = row
+    _, mode, batch, concurrency, reuse, threads = row
     config = grpo_config(demo, model, summary_budget(model, demo))
     config = config.model_copy(
         update={"mode": mode, "steps": steps, "checkpoint_every": steps, "sampler_batch": batch,
+                "threads": CpuThreads(**threads),
                 "rollout": config.rollout.model_copy(update={"out": out, "concurrency": concurrency, "reuse_grades": reuse})}
     )  # fmt: skip
     ends: list[float] = []
@@ -195,6 +202,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--only", choices=("sampler", "rollouts", "learner"))
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--splits", action="store_true", help="training rows: async with each thread split")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rollout-bench-"))
     model = build_tiny_model(root / "tiny", hidden_size=96, layers=3)  # the training demo's model
@@ -208,13 +216,14 @@ def main() -> int:
     if args.only in (None, "learner"):
         steps: dict[str, list[dict[str, float]]] = {}
         demo, warm = warm_started(root)
+        rows = SPLITS if args.splits else TRAINING
         for repeat in range(args.repeats):  # interleaved, so background load weighs on all alike
-            for n, row in enumerate(TRAINING):
+            for n, row in enumerate(rows):
                 out = root / f"train-{n}-{repeat}"
                 steps.setdefault(row[0], []).append(training_steps(demo, warm, out, args.steps, row))
                 console.print(row[0], steps[row[0]][-1])
         facts["training"] = steps
-        report_training(steps)
+        report_training(steps, rows[0][0])
     facts["load_after"] = os.getloadavg()[0]
     if args.json:
         args.json.write_text(json.dumps(facts, indent=1))
@@ -254,11 +263,11 @@ def report_sampler(rates: dict[str, dict[str, list[float]]]) -> None:
     console.print(table)
 
 
-def report_training(steps: dict[str, list[dict[str, float]]]) -> None:
+def report_training(steps: dict[str, list[dict[str, float]]], first: str) -> None:
     table = Table(title="training steps, the demo's GRPO settings, tiny model, steps after the first")
-    for column in ("", "s / step", "vs sync one at a time", "learner idle share", "learn s / step"):
+    for column in ("", "s / step", "vs the first row", "learner idle share", "learn s / step"):
         table.add_column(column, justify="right" if column else "left")
-    base = statistics.median(r["s_per_step"] for r in steps[TRAINING[0][0]])
+    base = statistics.median(r["s_per_step"] for r in steps[first])
     for name, runs in steps.items():
         per_step = [r["s_per_step"] for r in runs]
         table.add_row(name, f"{statistics.median(per_step):.2f} ({min(per_step):.2f}-{max(per_step):.2f})",

@@ -29,6 +29,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedM
 
 from policies.base import Generation, SamplingParams, Tokenizer
 from policies.batching import BatchScheduler, Sequence, sample_rows, sample_token
+from policies.cpu_threads import cpu_threads
 
 __all__ = ["HFPolicy", "sample_token", "sequence_logprobs"]
 
@@ -56,6 +57,7 @@ class HFPolicy:
         max_batch: int = 16,
         prefill_chunk: int = 1024,
         prefix_tokens: int = 65536,
+        threads: int | None = None,
     ) -> None:
         self.spec = spec or f"hf:{path}"
         self.device = torch.device(device)
@@ -83,7 +85,11 @@ class HFPolicy:
             max_batch,
             prefill_chunk,
             prefix_tokens,
+            threads,
         )
+        self.threads = threads
+        """CPU threads of the sampler's decode (`policies/cpu_threads.py`), its thread's alone; None: torch's
+        default, one per core."""
         self._batched: bool | None = None if batching else False
         """Whether generations are decoded together; None: not known until the first generation asks (a
         policy made only for its `.model`, a reference or a teacher, never pays for the check)."""
@@ -154,7 +160,7 @@ class HFPolicy:
     ) -> Generation:
         """One generation with the model to itself (the lock held throughout): the path of a model that
         does not batch, and the reference the batched one is checked against."""
-        with self._lock:
+        with self._lock, cpu_threads(self.threads):
             ids: list[int] = []
             logprobs: list[float] = []
             finish_reason: Literal["stop", "length"] = "length"

@@ -38,6 +38,11 @@ def host_concurrency() -> int:
     return max(4, min(16, 6 * (os.cpu_count() or 1)))
 
 
+def samples(policy: str) -> bool:
+    """Whether a policy spec samples from a model (not `scripted:`), so more episodes at once fill its batch."""
+    return bool(policy) and not policy.startswith("scripted:")
+
+
 class RolloutConfig(BaseModel):
     """A rollout run; saved as the run's config.yaml."""
 
@@ -52,9 +57,10 @@ class RolloutConfig(BaseModel):
     group_size: int = Field(default=1, ge=1)
     """Rollouts per task (G)."""
     concurrency: int = Field(default=2, ge=1)
-    """Episodes at once (C). With the in-process `hf:` sampler, which decodes every live generation
-    together, more episodes keep its batch fuller while others run tools or are graded:
-    `host_concurrency()` (6 per CPU core, 4 to 16) is what `harness demo` uses."""
+    """Episodes at once (C). Default: for a policy that samples from a model (`hf:`, `tito:`, `openai:`,
+    `litellm:`), `host_concurrency()`, 6 per CPU core (4 to 16), which keeps a batching sampler's batch
+    full while the other episodes run tools or are graded; 2 for a scripted policy, which has no sampler
+    to fill."""
     seed: int = 0
     """Base of the episodes' seeds: each episode's seed is a hash of (seed, task id, sample index)."""
     out: Path = Path("runs/rollout")
@@ -84,6 +90,13 @@ class RolloutConfig(BaseModel):
     @classmethod
     def _older(cls, data: Any) -> Any:
         return tools_from_loop(data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _host_concurrency(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "concurrency" not in data and samples(str(data.get("policy", ""))):
+            return {**data, "concurrency": host_concurrency()}
+        return data
 
     @field_validator("policy")
     @classmethod

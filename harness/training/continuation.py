@@ -30,6 +30,7 @@ CHANGEABLE = (
     "rollout.out",
     "rollout.concurrency",
     "sampler_batch",
+    "threads",
     "rollout.sandbox",
     "rollout.cluster",
 )

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from envs.grading import refuse_unprotected
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig
+from harness.rollouts.config import RolloutConfig, host_concurrency
 from harness.rollouts.episode import Rollouts, SandboxPool
 from harness.rollouts.local import LocalRollouts, select
 from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
@@ -58,6 +58,7 @@ from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster,
 from harness.training.teacher import CreditConfig, Credited, header_ids, teacher_folder, with_dense_credit
 from policies.base import TokenPolicy
 from policies.chat_format import ChatFormat
+from policies.cpu_threads import async_sampler_threads, cpu_threads, host_cores
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
 from policies.tito import ReloadEndpoint, TitoPolicy
@@ -73,6 +74,22 @@ ROLLOUT_KEYS = (
     "loop", "sampling", "summary", "sandbox", "reward", "reuse_grades", "cluster", "tools",
 )  # fmt: skip
 """The rollout settings a training config held at its top level before they moved into `rollout`."""
+
+
+class CpuThreads(BaseModel):
+    """How a one-process run on the CPU shares the cores between the learner and the in-process sampler:
+    each side's threads set its own torch thread count (`policies/cpu_threads.py`). Runs on a GPU, under
+    torchrun or with a sampler server leave torch's counts alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    learner: int | None = Field(default=None, ge=1)
+    """CPU threads of the learner's step (forward, backward, optimizer). None: every core in `sync` mode,
+    where the sampler and the learner take turns; in `async` mode, where they run at once, the cores the
+    sampler leaves (at least one)."""
+    sampler: int | None = Field(default=None, ge=1)
+    """CPU threads of the in-process sampler's decode. None: every core in `sync` mode; in `async` mode
+    half of them, at least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo)."""
 
 
 class TrainConfig(BaseModel):
@@ -94,6 +111,8 @@ class TrainConfig(BaseModel):
     """The in-process sampler decodes up to this many generations together, one forward pass a token
     (policies/batching.py); 1 samples one generation at a time, the model held for its whole length (the
     sampler before issue 35). `rollout.concurrency` episodes at once is what fills it."""
+    threads: CpuThreads = Field(default_factory=CpuThreads)
+    """How a one-process CPU run shares the cores between the learner and the in-process sampler."""
     mode: Literal["sync", "async"] = "sync"
     """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
     max_staleness: int = Field(default=1, ge=0)
@@ -103,11 +122,11 @@ class TrainConfig(BaseModel):
         default_factory=lambda: RolloutConfig(group_size=4, out=Path("runs/train"))
     )
     """How each step's episodes run, as `harness rollout` runs them: `suite`, `tasks`, `group_size` (G, at
-    least 2 here: GRPO compares within groups; default 4), `concurrency`, `seed` (also the draw of each
-    step's tasks), `out` (the run folder: config.yaml, trajectories.jsonl, metrics.jsonl, learner.jsonl,
-    checkpoints/; default runs/train), `loop`, `sampling` (the learner computes log-probs at the same
-    temperature), `summary`, `sandbox`, `reward` and `cluster`. Its `policy` is set from `sampler` or
-    `model`: the learner's weights sample."""
+    least 2 here: GRPO compares within groups; default 4), `concurrency` (default `host_concurrency()`,
+    2 with `script`), `seed` (also the draw of each step's tasks), `out` (the run folder: config.yaml,
+    trajectories.jsonl, metrics.jsonl, learner.jsonl, checkpoints/; default runs/train), `loop`,
+    `sampling` (the learner computes log-probs at the same temperature), `summary`, `sandbox`, `reward`
+    and `cluster`. Its `policy` is set from `sampler` or `model`: the learner's weights sample."""
     steps: int = Field(default=10, ge=1)
     """Training steps; each rolls out `tasks_per_step` x `group_size` episodes and updates the policy once."""
     tasks_per_step: int = Field(default=4, ge=1)
@@ -159,6 +178,8 @@ class TrainConfig(BaseModel):
                 rollout.setdefault(key, data.pop(key))
         rollout.setdefault("group_size", 4)
         rollout.setdefault("out", "runs/train")
+        # The learner's weights sample (a scripted run plays its fixes): episodes enough to fill the batch.
+        rollout.setdefault("concurrency", 2 if data.get("script") else host_concurrency())
         data["rollout"] = rollout
         return data
 
@@ -249,11 +270,13 @@ def _lead(
     """The whole run on one process, or rank 0's part of it: everything but the learner's other shares."""
     run = _open_run(config, processes, found, resume)
     history: list[dict[str, float]] = []
+    learner_threads, _ = thread_split(config, processes)
     try:
-        for step in run.steps:
-            history.append(_step(run, step))
-            if on_step is not None:
-                on_step(step, history[-1])
+        with cpu_threads(learner_threads):  # this thread learns; the sampler's thread keeps its own count
+            for step in run.steps:
+                history.append(_step(run, step))
+                if on_step is not None:
+                    on_step(step, history[-1])
     finally:
         run.close()
     return history
@@ -507,7 +530,10 @@ def _rollouts(
         )
     if config.mode == "async":  # the in-process sampler is a copy: the learner's weights change under it
         own = HFPolicy(
-            weights_at, device=str(processes.device), seed=config.rollout.seed, **sampler_options(config)
+            weights_at,
+            device=str(processes.device),
+            seed=config.rollout.seed,
+            **sampler_options(config, processes),
         )
         own.set_version(version)
         return LocalRollouts(own, rollout_config, pool), to_copy(policy, own)
@@ -571,9 +597,22 @@ def learn(
     return Learned(metrics, logprobs, optimizer)
 
 
-def sampler_options(config: TrainConfig) -> dict[str, Any]:
-    """The in-process sampler's batching settings (`HFPolicy`'s keywords)."""
-    return {"batching": config.sampler_batch > 1, "max_batch": config.sampler_batch}
+def sampler_options(config: TrainConfig, processes: Processes) -> dict[str, Any]:
+    """The in-process sampler's batching and thread settings (`HFPolicy`'s keywords)."""
+    _, sampler = thread_split(config, processes)
+    return {"batching": config.sampler_batch > 1, "max_batch": config.sampler_batch, "threads": sampler}
+
+
+def thread_split(config: TrainConfig, processes: Processes) -> tuple[int | None, int | None]:
+    """CPU threads of the learner and of the in-process sampler (`CpuThreads`); None leaves torch's count."""
+    if processes.device.type != "cpu" or processes.world > 1 or config.sampler is not None:
+        return None, None
+    learner, sampler = config.threads.learner, config.threads.sampler
+    if config.mode == "async":  # they run at once: each a share of the cores, not both all of them
+        cores = host_cores()
+        sampler = sampler or async_sampler_threads(cores)
+        learner = learner or max(1, cores - sampler)
+    return learner, sampler
 
 
 def _start_learner(
@@ -582,7 +621,9 @@ def _start_learner(
     """The policy on this process's device, its learner, and the trainer state of checkpoint `found`
     (whose optimizer state the learner takes)."""
     device = str(processes.device)
-    policy = HFPolicy(weights_at, device=device, seed=config.rollout.seed, **sampler_options(config))
+    policy = HFPolicy(
+        weights_at, device=device, seed=config.rollout.seed, **sampler_options(config, processes)
+    )
     model = policy.model
     if processes.main and processes.world > 1 and config.learner.parallel == "fsdp":
         model = HFPolicy(weights_at, device=device).model  # sharding takes it apart; rank 0 keeps a whole one

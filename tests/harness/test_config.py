@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from harness.config import ConfigError, load_config
-from harness.rollouts.config import RolloutConfig
+from harness.rollouts.config import RolloutConfig, host_concurrency
+from harness.training.train import TrainConfig
 
 
 def test_config_overrides_and_errors_name_the_field(tmp_path: object) -> None:
@@ -180,3 +181,21 @@ def test_a_typo_on_the_command_line_is_blamed_on_the_override_not_the_file(tmp_p
         in said
     )
     assert f"config {file}: grop_size" not in said
+
+
+def test_episodes_at_once_default_to_the_hosts_share_for_a_sampled_policy(tmp_path: Path) -> None:
+    """A policy sampled from a model gets `host_concurrency()` episodes at once (enough to keep a batching
+    sampler's batch full), however the settings come; a scripted one, with no sampler to fill, keeps 2;
+    a value given wins."""
+    model = tmp_path / "model"
+    assert load_config(RolloutConfig, None, [f"policy=hf:{model}"]).concurrency == host_concurrency()
+    assert (
+        load_config(RolloutConfig, None, [], {"policy": "tito:m@http://h/v1"}).concurrency
+        == host_concurrency()
+    )
+    assert load_config(RolloutConfig, None, []).concurrency == 2  # scripted:gold
+    assert load_config(RolloutConfig, None, [f"policy=hf:{model}", "concurrency=3"]).concurrency == 3
+    assert TrainConfig(model=model).rollout.concurrency == host_concurrency()
+    assert TrainConfig.model_validate({"model": model, "script": "gold-or-decoy"}).rollout.concurrency == 2
+    assert TrainConfig.model_validate({"model": model, "concurrency": 5}).rollout.concurrency == 5
+    assert 4 <= host_concurrency() <= 16

@@ -13,8 +13,10 @@ from safetensors.torch import load_file
 from harness.rollouts.store import RunStore
 from harness.serve import create_app, running
 from harness.training.checkpoint import latest_checkpoint
-from harness.training.train import TrainConfig, train
+from harness.training.distributed import Processes
+from harness.training.train import CpuThreads, TrainConfig, sampler_options, thread_split, train
 from policies.base import SamplingParams
+from policies.cpu_threads import async_sampler_threads, host_cores
 from policies.hf import HFPolicy
 from policies.tito import TitoPolicy
 from tests.harness.test_cli import harness
@@ -244,3 +246,29 @@ def test_groups_that_all_failed_get_hint_rollouts_outside_their_baseline(
         TrainConfig.model_validate(
             {"model": str(tiny_model_path), "mode": "async", "credit": {"hint_rollouts": 1}}
         )
+
+
+def test_the_learner_and_the_sampler_get_their_thread_counts(tiny_model_path: Path, tmp_path: Path) -> None:
+    """`threads` reaches each side on a one-process CPU run; the async default leaves the learner cores;
+    a GPU, torchrun or a sampler server leaves torch's counts alone."""
+    cpu = Processes(rank=0, world=1, device=torch.device("cpu"))
+    run = config(tiny_model_path, tmp_path / "run", 1)
+    assert thread_split(run, cpu) == (None, None)  # sync: each side takes every core in its turn
+    share = async_sampler_threads(host_cores())
+    assert thread_split(run.model_copy(update={"mode": "async"}), cpu) == (
+        max(1, host_cores() - share),
+        share,
+    )
+    split = run.model_copy(update={"threads": CpuThreads(learner=3, sampler=2)})
+    assert thread_split(split, cpu) == (3, 2)
+    assert sampler_options(split, cpu)["threads"] == 2
+    assert thread_split(split, Processes(rank=0, world=1, device=torch.device("cuda"))) == (None, None)
+    assert thread_split(split, Processes(rank=0, world=2, device=torch.device("cpu"))) == (None, None)
+    served = split.model_copy(update={"sampler": "tito:m@http://127.0.0.1:1/v1"})
+    assert thread_split(served, cpu) == (None, None)
+
+    seen: list[int] = []
+    before = torch.get_num_threads()
+    train(split, on_step=lambda _step, _metrics: seen.append(torch.get_num_threads()))
+    assert seen == [3]  # the step learned on this thread with the learner's count
+    assert torch.get_num_threads() == before
