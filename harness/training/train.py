@@ -79,7 +79,7 @@ ROLLOUT_KEYS = (
 class CpuThreads(BaseModel):
     """How a one-process run on the CPU shares the cores between the learner and the in-process sampler:
     each side's threads set its own torch thread count (`policies/cpu_threads.py`). Runs on a GPU, under
-    torchrun or with a sampler server leave torch's counts alone."""
+    torchrun, with a sampler server or with rollouts on Ray workers leave torch's counts alone."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -605,7 +605,8 @@ def sampler_options(config: TrainConfig, processes: Processes) -> dict[str, Any]
 
 def thread_split(config: TrainConfig, processes: Processes) -> tuple[int | None, int | None]:
     """CPU threads of the learner and of the in-process sampler (`CpuThreads`); None leaves torch's count."""
-    if processes.device.type != "cpu" or processes.world > 1 or config.sampler is not None:
+    sampled_here = config.sampler is None and config.rollout.cluster.address is None
+    if processes.device.type != "cpu" or processes.world > 1 or not sampled_here:
         return None, None
     learner, sampler = config.threads.learner, config.threads.sampler
     if config.mode == "async":  # they run at once: each a share of the cores, not both all of them

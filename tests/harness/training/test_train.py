@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from harness.rollouts.config import ClusterConfig
 from harness.rollouts.store import RunStore
 from harness.serve import create_app, running
 from harness.training.checkpoint import latest_checkpoint
@@ -266,6 +267,10 @@ def test_the_learner_and_the_sampler_get_their_thread_counts(tiny_model_path: Pa
     assert thread_split(split, Processes(rank=0, world=2, device=torch.device("cpu"))) == (None, None)
     served = split.model_copy(update={"sampler": "tito:m@http://127.0.0.1:1/v1"})
     assert thread_split(served, cpu) == (None, None)
+    on_ray = split.model_copy(
+        update={"rollout": split.rollout.model_copy(update={"cluster": ClusterConfig(address="auto")})}
+    )
+    assert thread_split(on_ray, cpu) == (None, None)
 
     seen: list[int] = []
     before = torch.get_num_threads()
