@@ -1,7 +1,7 @@
 """Sampler and rollout throughput, and how much of the time the learner waits, sync against async.
 
     .venv/bin/python benchmarks/rollout_throughput.py [--episodes N] [--repeats N] [--steps N] [--json PATH]
-                                                      [--only sampler|rollouts|learner]
+                                                      [--only sampler|rollouts|learner] [--splits]
 
 Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ray cluster of 2 CPUs.
 
@@ -19,8 +19,11 @@ Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ra
 - Training steps: the training demo's GRPO run (`harness demo`'s step 4: 6 tasks x 6 rollouts a step,
   self-summaries, from the demo's warm start, made once here) for a few steps, in turn: sync sampling
   one generation at a time with 3 episodes at once and every rollout graded (the demo before issue 35),
-  the same with grades of the same tree reused, sync batched with 12, async batched with 12. Wall time per step, and the learner's idle share, the wall time it did not spend
-  learning over the whole wall time (1 - sum time_learn_s / wall). Step 0 is left out.
+  the same with grades of the same tree reused, sync batched with 12, async batched with 12. Wall time
+  per step, and the learner's idle share, the wall time it did not spend learning over the whole wall
+  time (1 - sum time_learn_s / wall). Step 0 is left out. `--splits` runs async mode instead with each
+  split of the cores between the learner and the sampler (`threads.learner` / `threads.sampler`: all /
+  all, half / half, all / 1, 1 / all).
 
 Numbers are measured side by side in one run; the host may be shared, so read the ratios, not the digits.
 """

@@ -3,7 +3,9 @@
 One thread owns the model. Each step it decodes one token for every live sequence in a single forward
 pass over a slot KV cache (`SlotCache`), then prefills one chunk (`prefill_chunk` ids at most) of the
 next waiting prompt, so a long prompt holds up the others' decode by one chunk a step, never by its whole
-length. A sequence joins the decode batch once its prompt is cached and leaves it when it stops.
+length. A sequence joins the decode batch once its prompt is cached and leaves it when it stops. When
+every decoding row begins with the same ids (the system prompt and the tools), a decode step attends to
+those once for all rows (`policies/shared_prefix.py`).
 
 What each sequence gets is its own: it samples from its own row of logits with its own
 `torch.Generator`, so a request's seed gives the same ids whatever else is in the batch (up to float
@@ -18,12 +20,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
 from transformers import PreTrainedModel
 
+from policies import shared_prefix
 from policies.base import Generation, SamplingParams
 from policies.cpu_threads import cpu_threads
 
@@ -301,6 +305,12 @@ class BatchScheduler:
         """Sequence i sits in slot i."""
         self._filling: list[Sequence] = []
         """Contexts being prefilled: sequence j in slot len(_decoding) + j."""
+        self._shared: int | None = None
+        """How many leading ids every decoding row shares (None: to count again, the batch changed)."""
+        self.shares_prefix = shared_prefix.supported(model)
+        """Whether decode steps attend to a prefix all rows share once for all (`policies/shared_prefix.py`)."""
+        self.shared_steps = 0
+        """Decode steps that did."""
         self._cache_stamp = self._weights_stamp()
         """The weights (version, in-place changes) that computed the cache's keys and values."""
         self._wake = threading.Condition()
@@ -356,25 +366,39 @@ class BatchScheduler:
             for sequence in [*self._decoding, *self._filling]:
                 sequence.error = e
                 sequence.done.set()
-            self._decoding, self._filling = [], []
+            self._decoding, self._filling, self._shared = [], [], None
             self.cache = SlotCache(self.model)
         if not self._decoding and not self._filling:
             self.cache = SlotCache(self.model)  # idle: its memory goes back
 
-    def _forward(self, inputs: torch.Tensor, positions: torch.Tensor, length: int) -> torch.Tensor:
+    def _forward(
+        self, inputs: torch.Tensor, positions: torch.Tensor, length: int, shared: int = 0
+    ) -> torch.Tensor:
         """The logits (B, V) after the last column of `inputs` (B, T) at `positions` (B, T), with the cache
-        aimed already. One query that may see every cached key (a lone decode) needs no mask."""
+        aimed already. One query that may see every cached key (a lone decode) needs no mask; the first
+        `shared` keys, the same in every row, are attended to once for all of them (a decode step)."""
         config = self.model.config
         if inputs.shape == (1, 1) and not getattr(config, "sliding_window", None):
             masks: dict[str, torch.Tensor | None] = dict.fromkeys(("full_attention", "sliding_attention"))
         else:
             masks = dict(attention_masks(config, positions, length, self.cache.dtype))
-        out = self.model(
-            input_ids=inputs, position_ids=positions, attention_mask=masks, cache=self.cache, use_cache=True,
-            logits_to_keep=1,
-        )  # fmt: skip
+        self.shared_steps += bool(shared)
+        with shared_prefix.attention_as(self.model, shared_prefix.ATTENTION) if shared else nullcontext():
+            out = self.model(
+                input_ids=inputs, position_ids=positions, attention_mask=masks, cache=self.cache,
+                use_cache=True, logits_to_keep=1, **({"shared_prefix": shared} if shared else {}),
+            )  # fmt: skip
         logits: torch.Tensor = out.logits[:, -1]
         return logits
+
+    def _shared_prefix(self) -> int:
+        """How many leading cached ids every decoding row shares, when enough to attend to once; else 0."""
+        batch = self._decoding
+        if not self.shares_prefix or len(batch) < 2:
+            return 0
+        if self._shared is None:
+            self._shared = shared_prefix.common_prefix([s.context()[: s.cached] for s in batch])
+        return self._shared if self._shared >= shared_prefix.MIN_SHARED else 0
 
     def _decode(self) -> None:
         batch = self._decoding
@@ -384,7 +408,7 @@ class BatchScheduler:
         length = max(s.cached for s in batch) + 1
         self.cache.reserve(len(batch) + len(self._filling), length)
         self.cache.aim(0, positions, length)
-        logits = self._forward(inputs, positions, length)  # (B, V)
+        logits = self._forward(inputs, positions, length, self._shared_prefix())  # (B, V)
         for sequence in batch:
             sequence.cached += 1
         self._sample(batch, logits)
@@ -462,6 +486,7 @@ class BatchScheduler:
             self._filling[0], self._filling[j] = sequence, other
         self._filling.pop(0)
         self._decoding.append(sequence)
+        self._shared = None
         if sequence.reused is not None and sequence.cached - sequence.reused >= 64:  # worth keeping now
             self._remember(sequence, first)
 
@@ -477,7 +502,7 @@ class BatchScheduler:
         self._cache_stamp = stamp
         self.prefixes.clear()
         self._filling = self._decoding + self._filling  # slots stay as they are
-        self._decoding = []
+        self._decoding, self._shared = [], None
         for sequence in self._filling:
             sequence.cached, sequence.reused = 0, None
 
@@ -504,6 +529,7 @@ class BatchScheduler:
             self.cache.move(last, slot, moved.cached)
             self._decoding[slot] = moved
         self._decoding.pop()
+        self._shared = None
         if self._filling:
             self.cache.move(last + len(self._filling), last, self._filling[-1].cached)
             self._filling.insert(0, self._filling.pop())

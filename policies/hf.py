@@ -30,6 +30,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedM
 from policies.base import Generation, SamplingParams, Tokenizer
 from policies.batching import BatchScheduler, Sequence, sample_rows, sample_token
 from policies.cpu_threads import cpu_threads
+from policies.shared_prefix import MIN_SHARED
 
 __all__ = ["HFPolicy", "sample_token", "sequence_logprobs"]
 
@@ -188,34 +189,44 @@ class HFPolicy:
             return sequence_logprobs(self.model, ids, 1, temperature)
 
     def _batching_agrees(self) -> bool:
-        """Whether a few greedy steps of two prompts decoded together (one prefilled in two chunks) give
-        the ids and log-probs of the one-at-a-time path: a model whose forward pass does not take the
-        batched cache or masks fails here, and is sampled one generation at a time, with a warning."""
-        prompts = [[1, 2, 3, 4, 5], [6, 7, 8]]
-        params = SamplingParams(max_new_tokens=3, temperature=0)
+        """Whether a few greedy steps of two prompts decoded together (one prefilled in chunks, the two
+        sharing their first `MIN_SHARED` ids) give the ids and log-probs of the one-at-a-time path: a
+        model whose forward pass does not take the batched cache or masks fails here, and is sampled one
+        generation at a time, with a warning. Where attending to the shared prefix once fails or disagrees
+        the decode attends as the model does, checked again."""
+        common = [(7 * i) % 97 + 1 for i in range(MIN_SHARED)]
+        prompts = [[*common, 1, 2, 3, 4, 5], [*common, 6, 7, 8]]
+        params = SamplingParams(max_new_tokens=8, temperature=0)
         alone = [self.generate_alone(p, params, torch.Generator(device=self.device)) for p in prompts]
+        failure = self._together_differs(prompts, params, alone)
+        if failure and self._scheduler.shares_prefix:
+            self._scheduler.shares_prefix = False
+            failure = self._together_differs(prompts, params, alone)
+        if failure:
+            warnings.warn(
+                f"{self.spec}: sampled one generation at a time: batched decoding {failure}", stacklevel=2
+            )
+        return not failure
+
+    def _together_differs(
+        self, prompts: list[list[int]], params: SamplingParams, alone: list[Generation]
+    ) -> str | None:
+        """How `prompts` decoded together differ from `alone` (None: they agree)."""
         chunk = self._scheduler.prefill_chunk
-        self._scheduler.prefill_chunk = 3
+        self._scheduler.prefill_chunk = 100  # the first prompt in two chunks, the second joining it later
         try:
             together = self._scheduler.run_here(
                 [Sequence(list(p), params, torch.Generator(device=self.device)) for p in prompts]
             )
-            agrees = all(
-                a.ids == b.ids and max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
-                for a, b in zip(alone, together, strict=True)
-            )
         except Exception as e:  # any failure of an architecture not known to batch: it does not batch
-            warnings.warn(
-                f"{self.spec}: sampled one generation at a time: batched decoding failed ({e})", stacklevel=2
-            )
-            return False
+            return f"failed ({e})"
         finally:
             self._scheduler.prefill_chunk = chunk
-        if not agrees:
-            warnings.warn(
-                f"{self.spec}: sampled one generation at a time: batched decoding disagrees", stacklevel=2
-            )
-        return agrees
+        agrees = all(
+            a.ids == b.ids and max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs, strict=True)) < 1e-3
+            for a, b in zip(alone, together, strict=True)
+        )
+        return None if agrees else "disagrees"
 
     def _default_seed(self) -> int:
         self._generations += 1

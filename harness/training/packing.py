@@ -18,8 +18,8 @@ and the tensors are on a GPU, its varlen kernel does all rows in one call instea
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -27,6 +27,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 from transformers import AttentionInterface
+
+from policies.shared_prefix import attention_as
 
 ATTENTION = "harness_packed"
 """The name the packed attention function is registered under (transformers' `AttentionInterface`). No
@@ -150,18 +152,11 @@ except ImportError:
 AttentionInterface.register(ATTENTION, packed_attention)
 
 
-@contextmanager
-def packed_attention_on(model: Any) -> Iterator[None]:
+def packed_attention_on(model: Any) -> AbstractContextManager[None]:
     """The model's attention is `packed_attention` inside the block, and what it was after. The learner
     and an in-place sampler share the model but never run at once (sync.in_place); an asynchronous
     sampler has a copy of its own."""
-    config = model.config
-    before = config._attn_implementation
-    config._attn_implementation = ATTENTION
-    try:
-        yield
-    finally:
-        config._attn_implementation = before
+    return attention_as(model, ATTENTION)
 
 
 def packed_hidden(model: Any, packed: Packed) -> Tensor:

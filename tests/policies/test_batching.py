@@ -13,9 +13,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from policies import shared_prefix
 from policies.base import Generation, SamplingParams
 from policies.batching import BatchScheduler, Sequence, sample_rows
 from policies.hf import HFPolicy, sequence_logprobs
+from policies.shared_prefix import common_prefix
 
 
 def prompt(n: int, length: int) -> list[int]:
@@ -205,3 +207,57 @@ def test_a_next_turn_reuses_the_last_context_and_gets_what_it_gets_alone(tiny_mo
     after = Sequence(turn, params, torch.Generator().manual_seed(3))
     scheduler.run_here([after])
     assert after.reused == 0
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_rows_that_share_a_prefix_attend_to_it_once_and_get_what_they_get_alone(
+    tiny_policy: HFPolicy, temperature: float
+) -> None:
+    """A batch whose prompts begin alike (a system prompt and tools, a group's task): its decode steps
+    read the shared keys once for all rows (`policies/shared_prefix.py`) and every row gets, within
+    1e-5, what it gets alone, whichever rows make up the batch and however their prompts were filled."""
+    system = prompt(9, 400)
+    requests = [
+        (system + prompt(n, 5 + 31 * n), SamplingParams(max_new_tokens=24 + 5 * n, temperature=temperature, seed=n))
+        for n in range(6)
+    ]  # fmt: skip
+    lone = [alone(tiny_policy, p, s) for p, s in requests]
+    shared_steps = {}
+    for chunk, picks in ((64, list(range(6))), (512, [4, 1, 3]), (16, [2, 5, 0, 3])):
+        scheduler = BatchScheduler(
+            tiny_policy.model, tiny_policy.stop_ids(), lambda: 0, threading.Lock(), 16, chunk
+        )
+        sequences = [Sequence(*requests[i], torch.Generator().manual_seed(i)) for i in picks]
+        for i, generation in zip(picks, scheduler.run_here(sequences), strict=True):
+            assert assert_agree(tiny_policy, requests[i][0], lone[i], generation) <= 1e-5, (chunk, i)
+        shared_steps[chunk] = scheduler.shared_steps
+    assert all(shared_steps.values()) and shared_steps[64] >= 20, shared_steps  # the shared path decoded
+    p, s = requests[3]
+    generation = together(tiny_policy, requests, 64)[3]
+    learner = sequence_logprobs(tiny_policy.model, p + generation.ids, len(p), s.temperature or 1.0)
+    if s.temperature:  # the learner's log-probs of what the shared path sampled (TITO), as for any batch
+        assert max(abs(a - b) for a, b in zip(generation.logprobs, learner, strict=True)) <= 1e-4
+
+
+def test_the_shared_prefix_is_the_longest_every_row_has() -> None:
+    assert common_prefix([[1, 2, 3, 4], [1, 2, 3, 5], [1, 2, 9]]) == 2
+    assert common_prefix([[1, 2, 3], [1, 2, 3, 4]]) == 3
+    assert common_prefix([[7, 1], [1, 7]]) == 0
+    long = list(range(5000))
+    assert common_prefix([long, [*long[:4321], -1]]) == 4321
+
+
+def test_a_model_that_fails_the_shared_prefix_path_still_batches_without_it(
+    tiny_model_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batching check at the first generation tries the shared-prefix decode; where it fails, the
+    decode attends as the model does and is checked again, instead of giving up batching."""
+
+    def broken(*_: object, **__: object) -> None:
+        raise RuntimeError("no such kernel here")
+
+    monkeypatch.setattr(shared_prefix, "_flash_cpu", broken)
+    policy = HFPolicy(tiny_model_path)
+    generation = policy.generate(prompt(1, 20), SamplingParams(max_new_tokens=4, seed=0))
+    assert policy.batched and not policy._scheduler.shares_prefix
+    assert generation.ids == alone(policy, prompt(1, 20), SamplingParams(max_new_tokens=4, seed=0)).ids
