@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
 from policies.base import SamplingParams
+from policies.cpu_threads import host_cores
 from policies.spec import parse_spec
 from summarizer import SummaryConfig
 from tools import ToolsConfig
@@ -35,7 +35,7 @@ def host_concurrency() -> int:
     """Episodes at once that keep a batched in-process sampler busy on this host while the others run
     tools or are graded: 6 per CPU core, at least 4 and at most 16 (measured on 2 cores, the demo's GRPO:
     12 batched against 3 one at a time, 29.2 s to 20.2 s a step; docs/benchmarks.md 2026-12-05)."""
-    return max(4, min(16, 6 * (os.cpu_count() or 1)))
+    return max(4, min(16, 6 * host_cores()))
 
 
 def samples(policy: str) -> bool:
