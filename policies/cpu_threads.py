@@ -16,12 +16,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cache
 
-import torch
-
 
 @cache
 def _setters() -> dict[str, Callable[[int], object]]:
     """The per-thread setters this torch build links, by name: OpenMP's and MKL's, those it has."""
+    import torch  # here, not at the top: `host_cores` serves processes without torch (the grader's CLI)
+
     found: dict[str, Callable[[int], object]] = {}
     library = ctypes.CDLL(torch._C.__file__)  # its handle also finds what libtorch_cpu links
     for name in ("omp_set_num_threads", "MKL_Set_Num_Threads_Local"):
@@ -42,6 +42,8 @@ def cpu_threads(threads: int | None) -> Iterator[None]:
         return
     if threads < 1:
         raise ValueError(f"threads must be at least 1, got {threads}")
+    import torch
+
     setters = _setters()
     before = torch.get_num_threads()  # this thread's OpenMP count
     for setter in setters.values():
