@@ -31,6 +31,7 @@ CHANGEABLE = (
     "rollout.concurrency",
     "sampler_batch",
     "threads",
+    "stream_groups",
     "rollout.sandbox",
     "rollout.cluster",
 )

@@ -270,6 +270,19 @@ def aggregate(
     raise ValueError(f"unknown aggregation mode {mode!r}")
 
 
+def aggregate_divisor(mode: AggMode, norm_tokens: float, norm_seqs: float) -> float:
+    """What `aggregate` divides a step's summed loss by, given the step's totals: the loss aggregated
+    with `norm_tokens = norm_seqs = 1`, divided by this, is the loss aggregated with the totals (every
+    mode is linear in its one normaliser; `seq-mean-token-sum-norm` keeps its `max_len` either way).
+    A learner that must start before the totals are known (groups learned as they are graded,
+    harness/training/streaming.py) scales its summed gradient by the inverse at the end."""
+    if mode == "token-sum":
+        return 1.0
+    if mode == "token-mean":
+        return max(1.0, norm_tokens)
+    return max(1.0, norm_seqs)  # the seq-mean modes
+
+
 def kl_k1(logprobs: Tensor, ref_logprobs: Tensor) -> Tensor:
     """Per-token k1 estimate of KL(pi || ref): logp - ref_logp. Unbiased, can be negative.
 

@@ -605,6 +605,7 @@ class Learner:
 
     def grpo_step(self, rows: Sequence[Row]) -> dict[str, float]:
         """One optimizer step on all rows of a batch; returns the step's metrics."""
+        self.learner_logprobs = {}
         metrics = self.accumulate_grpo(rows)
         return metrics | self.apply()
 
@@ -613,14 +614,20 @@ class Learner:
         metrics = self.accumulate_sft(rows)
         return metrics | self.apply()
 
-    def accumulate_grpo(self, rows: Sequence[Row]) -> dict[str, float]:
-        """Forward and backward over this process's share of the rows, micro-batch by micro-batch."""
+    def accumulate_grpo(
+        self, rows: Sequence[Row], totals: tuple[float, float] | None = None
+    ) -> dict[str, float]:
+        """Forward and backward over this process's share of the rows, micro-batch by micro-batch, adding
+        to the gradients and to `learner_logprobs`. `totals`: the (mask-1 tokens, rows) the loss is
+        normalised by; by default those of `rows`, the whole step. (1, 1) leaves the normalising to the
+        caller (`grpo.aggregate_divisor`), which learns a step's groups before it knows its totals."""
         mine = self._share(rows)
-        norm_tokens = self._total(sum(sum(r.mask[1:]) for r in mine))
-        norm_seqs = self._total(len(mine))
+        norm_tokens, norm_seqs = totals or (
+            self._total(sum(sum(r.mask[1:]) for r in mine)),
+            self._total(len(mine)),
+        )
         sums: dict[str, float] = {}
         maxes: dict[str, float] = {}
-        self.learner_logprobs = {}
         self.model.train()
         for batch_rows in self._micro_batches(mine):
             chosen = self._rows(mine, batch_rows)
@@ -678,6 +685,12 @@ class Learner:
             self._backward(loss)
             total_loss += float(loss.item())
         return {"loss": self._total(total_loss)}
+
+    def scale_gradients(self, factor: float) -> None:
+        """Multiplies the accumulated gradients by `factor` (before `apply` reduces and clips them)."""
+        for p in self.model.parameters():
+            if p.grad is not None:
+                p.grad.mul_(factor)
 
     def reduce_gradients(self) -> None:
         """Sums gradients over processes: each one's loss is already over the global token count.

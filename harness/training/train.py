@@ -54,6 +54,7 @@ from harness.training.distributed import Processes
 from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
+from harness.training.streaming import GroupLearner, GroupStream, Roll, merged_stats
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
 from harness.training.teacher import CreditConfig, Credited, header_ids, teacher_folder, with_dense_credit
 from policies.base import TokenPolicy
@@ -115,6 +116,13 @@ class TrainConfig(BaseModel):
     """How a one-process CPU run shares the cores between the learner and the in-process sampler."""
     mode: Literal["sync", "async"] = "sync"
     """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
+    stream_groups: bool | None = None
+    """`mode: sync`: the learner takes each group's forward and backward passes as soon as the group is
+    graded, while the rest of the batch rolls out, and steps once the batch is whole (the same update, one
+    policy version per batch: harness/training/streaming.py); an in-process sampler is then a copy of the
+    model, as in `async` mode. None: wherever the settings allow it (`stream_blocker`: one process, group
+    advantages, outcome credit, no batch-wide selection); true: required, an error says what prevents
+    it; false: the learner waits for the whole batch."""
     max_staleness: int = Field(default=1, ge=0)
     """Async mode: a group is trained only if its oldest token is at most this many policy versions behind
     the learner; older groups are dropped (counted in `groups_dropped_stale`)."""
@@ -212,12 +220,48 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _streamable(self) -> TrainConfig:
+        blocker = stream_blocker(self)
+        if self.stream_groups and blocker is not None:
+            raise ValueError(f"stream_groups: true learns group by group, which {blocker}")
+        return self
+
+    @model_validator(mode="after")
     def _script_in_process(self) -> TrainConfig:
         if self.script is not None and (self.sampler or self.rollout.cluster.address or self.mode != "sync"):
             raise ValueError(
                 "script plays in-process and synchronously: leave sampler, cluster.address and mode"
             )
         return self
+
+
+def stream_blocker(config: TrainConfig, world: int = 1) -> str | None:
+    """Why `config` cannot learn a sync step group by group (`stream_groups`), or None if it can: every
+    part of the step must need only the group's own rollouts, and the learner be one process."""
+    learner = config.learner
+    blockers = {
+        "`mode: async` does not do (it overlaps whole batches)": config.mode != "sync",
+        "needs one process (under torchrun the ranks learn together)": world > 1,
+        "`advantage_scale: batch` cannot (the std of the whole batch)": learner.advantage_scale == "batch",
+        "`advantage: gpg` cannot (its scale counts the whole batch)": learner.advantage == "gpg",
+        "`importance_batch_normalize` cannot (its mean is over a micro-batch of the whole batch)": (
+            learner.importance_batch_normalize
+        ),
+        "`top_entropy_quantile` < 1 cannot (its quantile is over a micro-batch of the whole batch)": (
+            learner.top_entropy_quantile < 1.0
+        ),
+        "dense credit cannot (it scores the batch's rows together)": config.credit.mode != "outcome",
+        "hint rollouts cannot (they follow the groups that all failed)": config.credit.hint_rollouts > 0,
+    }
+    return next((why for why, blocks in blockers.items() if blocks), None)
+
+
+def streams(config: TrainConfig, processes: Processes) -> bool:
+    """Whether this run learns each sync step group by group (`stream_groups`)."""
+    blocker = stream_blocker(config, processes.world)
+    if config.stream_groups and blocker is not None:
+        raise ValueError(f"stream_groups: true learns group by group, which {blocker}")
+    return config.stream_groups is not False and blocker is None
 
 
 def step_metrics(trajectories: list[Trajectory]) -> dict[str, float]:
@@ -285,30 +329,20 @@ def _lead(
 def _step(run: TrainingRun, step: int) -> dict[str, float]:
     """One step: roll out, rows, learn, publish the weights, log, checkpoint."""
     config = run.config
-    batch = run.batches.next(step)
-    rolled = time.monotonic()
-    rows, advantage_stats = _rows(run, batch.trained)
-    scoring = time.monotonic()
-    credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
-    credit_s = time.monotonic() - scoring
-    hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
-    rows = credit.rows + hinted.rows
-    learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(config, step))
+    learn_step = _learn_streamed if run.streamed else _learn_whole
+    batch, rows, learned, stats, learn_s = learn_step(run, step)
+    published = time.monotonic()
     _record_token_stats(run.store, step, rows, learned.logprobs)
     run.policy.set_version(step + 1)
     run.batches.learned(step + 1)
     metrics = {
         **step_metrics(batch.rolled),
-        **advantage_stats,
-        **credit.metrics,
-        **hinted.metrics,
-        **({"hint_share": len(hinted.rows) / len(rows) if rows else 0.0} if hinted.metrics else {}),
+        **stats,
         **learned.metrics,
         **batch.staleness,
         "policy_version": float(step + 1),
         **batch.timings,
-        "time_learn_s": time.monotonic() - rolled,
-        **({"time_credit_s": credit_s} if credit.metrics else {}),  # the teacher's share of time_learn_s
+        "time_learn_s": learn_s + time.monotonic() - published,
     }
     # The step's metrics before its checkpoint: a crash between the two redoes the step, whose lines a
     # resume drops; the other way round, it would lose them.
@@ -326,6 +360,62 @@ def _step(run: TrainingRun, step: int) -> dict[str, float]:
     return metrics
 
 
+LearnedStep = tuple["Batch", list[Row], "Learned", dict[str, float], float]
+"""A step's batch, the rows learned, the update, the rows' statistics, and the seconds spent learning."""
+
+
+def _learn_whole(run: TrainingRun, step: int) -> LearnedStep:
+    """The step's whole batch rolled out, then its rows (with dense credit and hint rows, if asked for)
+    learned in one go."""
+    batch = run.batches.next(step)
+    rolled = time.monotonic()
+    rows, advantage_stats = _rows(run, batch.trained)
+    scoring = time.monotonic()
+    credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
+    credit_s = time.monotonic() - scoring
+    hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
+    rows = credit.rows + hinted.rows
+    learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(run.config, step))
+    stats = {
+        **advantage_stats,
+        **credit.metrics,
+        **hinted.metrics,
+        **({"hint_share": len(hinted.rows) / len(rows) if rows else 0.0} if hinted.metrics else {}),
+        **({"time_credit_s": credit_s} if credit.metrics else {}),  # the teacher's share of time_learn_s
+    }
+    return batch, rows, learned, stats, time.monotonic() - rolled
+
+
+def _learn_streamed(run: TrainingRun, step: int) -> LearnedStep:
+    """The step's groups learned one by one as they are graded, while the rest roll out; one update
+    once the batch is whole (harness/training/streaming.py)."""
+    assert isinstance(run.batches, SyncBatches)
+    stream = run.batches.stream(step)
+    learner = GroupLearner(run.learner)
+    rows: list[Row] = []
+    parts: list[tuple[dict[str, float], int]] = []
+    rows_s = 0.0
+    try:
+        for group in stream:
+            started = time.monotonic()
+            group_rows, group_stats = _rows(run, group)
+            rows_s += time.monotonic() - started
+            learner.add(group_rows)
+            rows += group_rows
+            parts.append((group_stats, len(group)))
+    except BaseException:
+        stream.close()
+        raise
+    metrics = learner.finish()
+    started = time.monotonic()
+    due = _checkpoint_due(run.config, step)
+    optimizer = optimizer_state(run.learner.trained, run.learner.optimizer) if due else None
+    learned = Learned(metrics, dict(run.learner.learner_logprobs), optimizer)
+    batch = Batch(stream.rolled, stream.rolled, {"time_rollout_s": stream.rollout_s}, {})
+    stats = merged_stats(parts) | {"groups_streamed": float(stream.early)}
+    return batch, rows, learned, stats, rows_s + learner.busy_s + time.monotonic() - started
+
+
 @dataclass
 class Batch:
     """A step's rollouts: all of them (for the step's metrics) and those trained on."""
@@ -337,16 +427,27 @@ class Batch:
 
 
 class SyncBatches:
-    """`mode: sync`: a step's batch is rolled out when the learner asks for it, and the new weights reach
-    the sampler before the next one."""
+    """`mode: sync`: a step's batch is rolled out when the learner asks for it, whole (`next`) or a group
+    at a time (`stream`), and the new weights reach the sampler before the next one."""
 
-    def __init__(self, roll: Callable[[int], list[Trajectory]], sync: WeightSync[Any]) -> None:
-        self.roll, self.sync = roll, sync
+    def __init__(
+        self,
+        roll: Roll,
+        sync: WeightSync[Any],
+        order: Callable[[int], list[str]],
+        group_size: int,
+        stop: threading.Event,
+    ) -> None:
+        """`order(step)`: the ids of the step's tasks, in the order their jobs are handed out."""
+        self.roll, self.sync, self.order, self.group_size, self.stop = roll, sync, order, group_size, stop
 
     def next(self, step: int) -> Batch:
         started = time.monotonic()
-        rolled = self.roll(step)
+        rolled = self.roll(step, lambda _trajectory: None)
         return Batch(rolled, rolled, {"time_rollout_s": time.monotonic() - started}, {})
+
+    def stream(self, step: int) -> GroupStream:
+        return GroupStream(self.roll, step, self.order(step), self.group_size, self.stop)
 
     def learned(self, version: int) -> None:
         self.sync.publish(version)
@@ -395,6 +496,8 @@ class TrainingRun:
     """The model that scores with the privileged header (`credit.teacher`); None for `credit.mode: outcome`."""
     hint_roll: Callable[[list[tuple[Task, int]]], list[Trajectory]]
     """Rolls out (task, sample index) jobs within the step, saved to the run like the rest."""
+    streamed: bool
+    """Each sync step's groups are learned as they are graded (`TrainConfig.stream_groups`)."""
 
     def hints(self, step: int, trajectories: list[Trajectory]) -> Hinted:
         """Learnable successes for the groups that all failed (`credit.hint_rollouts`, hints.py)."""
@@ -465,7 +568,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     rollouts, sync = _rollouts(config, processes, policy, tasks, server, weights_at, start)
     stop = threading.Event()
 
-    def roll(step: int) -> list[Trajectory]:
+    def roll(step: int, each: Callable[[Trajectory], object] = lambda _trajectory: None) -> list[Trajectory]:
         chosen, _ = plan[step - start]
         jobs = [
             (t, step * config.rollout.group_size + k)
@@ -474,10 +577,20 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         ]
         done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
         todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-        new = rollouts.run_batch(todo, store.append_trajectory, stop)
+        for trajectory in done:
+            each(trajectory)
+
+        def save(trajectory: Trajectory) -> None:
+            store.append_trajectory(trajectory)
+            each(trajectory)
+
+        new = rollouts.run_batch(todo, save, stop)
         return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
 
-    batches: SyncBatches | AsyncBatches = SyncBatches(roll, sync)
+    def task_ids(step: int) -> list[str]:
+        return [t.id for t in plan[step - start][0]]
+
+    batches: SyncBatches | AsyncBatches = SyncBatches(roll, sync, task_ids, config.rollout.group_size, stop)
     if config.mode == "async":
         batches = AsyncBatches(
             AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
@@ -498,7 +611,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
 
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,
-        {t.id: t for t in tasks}, teacher, hint_roll,
+        {t.id: t for t in tasks}, teacher, hint_roll, streams(config, processes),
     )  # fmt: skip
 
 
@@ -528,7 +641,9 @@ def _rollouts(
         return LocalRollouts(server, rollout_config, pool), to_servers(
             policy, server, config.rollout.out / "weights", None
         )
-    if config.mode == "async":  # the in-process sampler is a copy: the learner's weights change under it
+    if config.mode == "async" or streams(config, processes):
+        # The in-process sampler is a copy: the learner's weights change under it (async), or the learner
+        # runs the same model at once with its own attention and train mode (streamed groups).
         own = HFPolicy(
             weights_at,
             device=str(processes.device),
@@ -536,8 +651,9 @@ def _rollouts(
             **sampler_options(config, processes),
         )
         own.set_version(version)
-        return LocalRollouts(own, rollout_config, pool), to_copy(policy, own)
-    sampler: TokenPolicy = ScriptedTokens(policy, tasks) if config.script else policy
+        sampler: TokenPolicy = ScriptedTokens(own, tasks) if config.script else own
+        return LocalRollouts(sampler, rollout_config, pool), to_copy(policy, own)
+    sampler = ScriptedTokens(policy, tasks) if config.script else policy
     return LocalRollouts(sampler, rollout_config, pool), in_place()
 
 
@@ -609,7 +725,7 @@ def thread_split(config: TrainConfig, processes: Processes) -> tuple[int | None,
     if processes.device.type != "cpu" or processes.world > 1 or not sampled_here:
         return None, None
     learner, sampler = config.threads.learner, config.threads.sampler
-    if config.mode == "async":  # they run at once: each a share of the cores, not both all of them
+    if config.mode == "async" or streams(config, processes):  # they run at once: each a share of the cores
         cores = host_cores()
         sampler = sampler or async_sampler_threads(cores)
         learner = learner or max(1, cores - sampler)
