@@ -19,9 +19,12 @@ Everything on this machine, bubblewrap sandboxes, the built-in suite, a local Ra
 - Training steps: the training demo's GRPO run (`harness demo`'s step 4: 6 tasks x 6 rollouts a step,
   self-summaries, from the demo's warm start, made once here) for a few steps, in turn: sync sampling
   one generation at a time with 3 episodes at once and every rollout graded (the demo before issue 35),
-  the same with grades of the same tree reused, sync batched with 12, async batched with 12. Wall time
-  per step, and the learner's idle share, the wall time it did not spend learning over the whole wall
-  time (1 - sum time_learn_s / wall). Step 0 is left out. `--splits` runs async mode instead with each
+  sync batched with 12 and grades of the same tree reused, learning the whole batch after its rollouts
+  or each group as it is graded (`stream_groups`; with the default thread split, half the cores each,
+  and with every core for each), async batched with 12. Wall time per step, and the learner's idle
+  share, the wall time it did not spend learning over the whole wall time (1 - sum time_learn_s /
+  wall; streamed, time_learn_s is the learner's busy time, during the rollouts or after). Step 0 is
+  left out. `--splits` runs async mode instead with each
   split of the cores between the learner and the sampler (`threads.learner` / `threads.sampler`: all /
   all, half / half, all / 1, 1 / all).
 
@@ -157,17 +160,19 @@ def sampler_rates(model: Path, repeats: int) -> dict[str, dict[str, list[float]]
     return rates
 
 
-Row = tuple[str, str, int, int, bool, dict[str, int | None]]
-TRAINING: tuple[Row, ...] = (  # name, mode, sampler_batch, rollout.concurrency, rollout.reuse_grades, threads
-    ("sync, one at a time, every rollout graded (before)", "sync", 1, 3, False, {}),
-    ("sync, one at a time, grades reused", "sync", 1, 3, True, {}),
-    ("sync, batched, grades reused", "sync", 16, 12, True, {}),
-    ("async, batched, grades reused", "async", 16, 12, True, {}),
-)
+Row = tuple[str, str, int, int, bool, dict[str, int | None], bool]
 CORES = host_cores()
+TRAINING: tuple[Row, ...] = (  # name, mode, sampler_batch, concurrency, reuse_grades, threads, stream_groups
+    ("sync, one at a time, every rollout graded (before)", "sync", 1, 3, False, {}, False),
+    ("sync, batched, grades reused, whole batches", "sync", 16, 12, True, {}, False),
+    ("sync, batched, grades reused, streamed groups", "sync", 16, 12, True, {}, True),
+    (f"sync, batched, grades reused, streamed groups, threads {CORES} / {CORES}", "sync", 16, 12, True,
+     {"learner": CORES, "sampler": CORES}, True),
+    ("async, batched, grades reused", "async", 16, 12, True, {}, False),
+)  # fmt: skip
 SPLITS: tuple[Row, ...] = tuple(  # `--splits`: async mode with each learner / sampler thread split
     (f"async, learner {learner} / sampler {sampler} threads", "async", 16, 12, True,
-     {"learner": learner, "sampler": sampler})
+     {"learner": learner, "sampler": sampler}, False)
     for learner, sampler in ((CORES, CORES), (max(1, CORES // 2), max(1, CORES // 2)), (CORES, 1), (1, CORES))
 )  # fmt: skip
 
@@ -183,11 +188,11 @@ def warm_started(root: Path) -> tuple[DemoConfig, Path]:
 def training_steps(demo: DemoConfig, model: Path, out: Path, steps: int, row: Row) -> dict[str, float]:
     """Wall time per step and the learner's idle share of the demo's GRPO run (`train_demo.grpo_config`)
     from its warm start, with the mode, sampler batch and concurrency of `row`."""
-    _, mode, batch, concurrency, reuse, threads = row
+    _, mode, batch, concurrency, reuse, threads, stream = row
     config = grpo_config(demo, model, summary_budget(model, demo))
     config = config.model_copy(
         update={"mode": mode, "steps": steps, "checkpoint_every": steps, "sampler_batch": batch,
-                "threads": CpuThreads(**threads),
+                "threads": CpuThreads(**threads), "stream_groups": stream,
                 "rollout": config.rollout.model_copy(update={"out": out, "concurrency": concurrency, "reuse_grades": reuse})}
     )  # fmt: skip
     ends: list[float] = []

@@ -85,12 +85,12 @@ class CpuThreads(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     learner: int | None = Field(default=None, ge=1)
-    """CPU threads of the learner's step (forward, backward, optimizer). None: every core in `sync` mode,
-    where the sampler and the learner take turns; in `async` mode, where they run at once, the cores the
-    sampler leaves (at least one)."""
+    """CPU threads of the learner's step (forward, backward, optimizer). None: where the sampler and the
+    learner run at once (`async` mode, and `sync` with `stream_groups`), the cores the sampler leaves (at
+    least one); every core where they take turns (`sync` without)."""
     sampler: int | None = Field(default=None, ge=1)
-    """CPU threads of the in-process sampler's decode. None: every core in `sync` mode; in `async` mode
-    half of them, at least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo)."""
+    """CPU threads of the in-process sampler's decode. None: where they run at once, half of the cores, at
+    least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo); else every core."""
 
 
 class TrainConfig(BaseModel):
