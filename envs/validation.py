@@ -18,10 +18,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from envs.factory import start_task_sandbox
-from envs.grading import Grade, Probe, collect_patch, grade_patch, judge_patch, write_kept
+from envs.grading import Grade, Probe, collect_patch, grade_patch, judge_patch
 from envs.run_plan import plan_run, source_of
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.start_tree import run_setup, start_tree
+from policies.scripted import gold_calls
 from tasks.canaries import (
     KEPT_FILES,
     TRIALS,
@@ -35,6 +36,7 @@ from tasks.canaries import (
 from tasks.computed import ComputedFile, ComputedValue, digest, held_map, save_computed
 from tasks.model import Task
 from tasks.plain import decode
+from tools.toolbox import Toolbox, ToolsConfig
 
 
 class Validation(BaseModel):
@@ -106,15 +108,18 @@ def validate_task(
         elif any(v != "passed" for v in g.pass_to_pass.values()):
             failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
             problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
+    undecided = ""
     if keep:
-        kept, tried = verified_canaries(task, sandbox_config) if not problems else ([], 0)
+        kept, tried, undecided = verified_canaries(task, sandbox_config) if not problems else ([], 0, "")
         if task.folder is not None and not problems:  # what grading holds of the task, stored together
             save_computed(task.folder, task.hidden_tests.computed)
             save_canaries(task.folder, kept)
     else:  # the stored ones, checked: drawn at random, they are not made again
         kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
-        still = _failing_on_gold(task, kept, sandbox_config) if not problems else kept
-        if len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
+        still, undecided = _failing_on_gold(task, kept, sandbox_config) if not problems else (kept, "")
+        if undecided:
+            problems.append(f"the stored canaries could not be checked: {undecided}")
+        elif len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
             problems.append(
                 f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
                 "assertion, or were made by an older grader: run it without --check"
@@ -131,7 +136,7 @@ def validate_task(
         held_canaries=held,
         decided_in_parent=plan.decided,
         hidden_assertions=plan.assertions,
-        no_canary=_why_no_canary(task, len(kept), tried, held),
+        no_canary=_why_no_canary(task, len(kept), tried, held, undecided),
     )
 
 
@@ -161,8 +166,9 @@ def _stale_computed(task: Task) -> list[str]:
     )
 
 
-def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
-    """Why a kind of canary is missing: '' when the task has both."""
+def _why_no_canary(task: Task, kept: int, tried: int, held: int, undecided: str = "") -> str:
+    """Why a kind of canary is missing: '' when the task has both. `undecided`: why the trial grades of
+    the canaries decided nothing, when they did not."""
     why = []
     if task.hidden_tests.verifier is not None:
         return "judged by a verifier script: canaries need pytest ids"
@@ -176,6 +182,8 @@ def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
         why.append(
             "no text canary: no constant in an assertion left in the tests, or in a rewritten one's input"
         )
+    elif kept == 0 and undecided:
+        why.append(f"no text canary: {undecided}")
     elif kept == 0:
         why.append(f"no text canary: none of the {tried} tried failed on the gold patch at its own assertion")
     return "; ".join(why)
@@ -183,22 +191,30 @@ def _why_no_canary(task: Task, kept: int, tried: int, held: int) -> str:
 
 def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
     """The gold patch played as an agent plays it: a sandbox started as an episode's (setup commands
-    run), the fixed files written into /repo, the agent's diff collected from it and graded. A task whose
-    right fix scores below 1 this way (setup output in the diff, files a sandbox cannot hold) is one no
-    agent can solve, though its gold patch grades 1 when applied directly."""
-    fixed = judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task)
-    if isinstance(fixed, str):
+    run), the change made by `scripted:gold`'s own tool calls (an edit per hunk, a whole-file write where
+    a hunk's text is not unique, deletions through bash), the agent's diff collected from it and graded.
+    A gold the tools refuse, or whose right fix scores below 1 this way (setup output in the diff, files
+    a sandbox cannot hold), is one no agent can solve, though its gold patch grades 1 when applied
+    directly."""
+    if isinstance(judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task), str):
         return []  # the direct grade says why
+    toolbox = Toolbox.for_task(task, ToolsConfig(bash_enabled=True))
     try:
         sandbox = start_task_sandbox(task, sandbox_config)
         try:
             run_setup(sandbox, task)
-            write_kept(sandbox, fixed)
+            refused = []
+            for call in gold_calls(task, explore=False):
+                seen = toolbox.call(sandbox, call.name, call.arguments)
+                if seen.is_error:
+                    refused.append(f"{call.name} {call.arguments.get('path', '')}: {seen.text[:300]}")
             patch = collect_patch(sandbox, task, sandbox_config)
         finally:
             sandbox.close()
     except SandboxError as e:
         return [f"gold episode: infra error: {e}"]
+    if refused:
+        return ["the tools refuse the gold patch's calls (scripted:gold): " + "; ".join(refused)]
     g = grade_patch(task, patch, sandbox_config)
     if g.infra_error:
         return [f"gold episode: infra error: {g.infra_error}"]
@@ -224,15 +240,16 @@ def not_collected(grade: Grade, task: Task) -> str:
     return f"; not collected: {text}{hint}"
 
 
-def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int]:
-    """Canaries of the task's hidden files that fail on its gold patch at their own assertions, and how
-    many single changes were tried. New values are drawn from the system's randomness. Per file, the
-    tests with a single change that fails on the gold patch are joined into a square
-    (`tasks.canaries.square`): A changes every one of them, B a second constant of those that have one,
-    AB both; a square that does not fail whole on the gold patch falls back to A alone."""
+def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int, str]:
+    """Canaries of the task's hidden files that fail on its gold patch at their own assertions, how many
+    single changes were tried, and why the trial grades decided nothing ('' when they did). New values
+    are drawn from the system's randomness. Per file, the tests with a single change that fails on the
+    gold patch are joined into a square (`tasks.canaries.square`): A changes every one of them, B a second
+    constant of those that have one, AB both; a square that does not fail whole on the gold patch falls
+    back to A alone."""
     hidden = task.hidden_tests
     if hidden.verifier is not None or not task.gold_patch:
-        return [], 0
+        return [], 0, ""
     vocabulary = repository_vocabulary(task.repo)
     found = task_candidates(
         hidden.files,
@@ -243,7 +260,8 @@ def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[C
     )
     trial = per_test(found, most=TRIALS)
     by_test: dict[tuple[str, str], list[Canary]] = {}
-    for canary in _failing_on_gold(task, trial, sandbox_config):
+    single, undecided = _failing_on_gold(task, trial, sandbox_config)
+    for canary in single:
         by_test.setdefault((canary.file, canary.test), []).append(canary)
     squares: dict[str, list[Canary]] = {}
     for file in dict.fromkeys(f for f, _ in by_test):
@@ -256,28 +274,59 @@ def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[C
             held_map(hidden.computed, file, source),
         )
     made = [c for found_square in squares.values() for c in found_square]
-    failing = {c.label for c in _failing_on_gold(task, made, sandbox_config)}
+    made_failing, made_undecided = _failing_on_gold(task, made, sandbox_config)
+    failing = {c.label for c in made_failing}
     kept: list[Canary] = []
     for made_square in list(squares.values())[:KEPT_FILES]:
         whole = all(c.label in failing for c in made_square)
         kept += made_square if whole else [c for c in made_square[:1] if c.label in failing]
-    return kept, len(trial)
+    return kept, len(trial), undecided or made_undecided
 
 
-def _failing_on_gold(task: Task, trial: list[Canary], sandbox_config: SandboxConfig) -> list[Canary]:
+TRIAL_ATTEMPTS = 3
+"""Times a trial grade of canaries is tried before the task goes without them: one slow or flaky grade
+on a loaded host must not cost a task its canaries."""
+
+
+def _failing_on_gold(
+    task: Task, trial: list[Canary], sandbox_config: SandboxConfig
+) -> tuple[list[Canary], str]:
     """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
     base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
-    for a forged one (a text canary that passes costs a grade `forgery_penalty`)."""
+    for a forged one (a text canary that passes costs a grade `forgery_penalty`). Each grade is tried up
+    to `TRIAL_ATTEMPTS` times; when none decided, no canary and why (else '')."""
     if not trial:
-        return []
-    g = grade_patch(task, task.gold_patch or "", sandbox_config, trial=trial)
-    if g.infra_error or g.correct != 1.0:
-        return []
+        return [], ""
+    g, why = _trial_grade(task, task.gold_patch or "", trial, sandbox_config, "the gold patch")
+    if g is None:
+        return [], why
     failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
-    base = grade_patch(task, "", sandbox_config, trial=failing) if failing else None
-    if base is not None and base.infra_error:
-        return []
-    return [c for c in failing if base is None or base.canaries.get(c.label) != "passed"]
+    if not failing:
+        return [], ""
+    base, why = _trial_grade(task, "", failing, sandbox_config, "the empty patch")
+    if base is None:
+        return [], why
+    return [c for c in failing if base.canaries.get(c.label) != "passed"], ""
+
+
+def _trial_grade(
+    task: Task, patch: str, trial: list[Canary], sandbox_config: SandboxConfig, what: str
+) -> tuple[Grade | None, str]:
+    """The first of up to `TRIAL_ATTEMPTS` grades of `patch` with `trial` that decides (no infra error;
+    on the gold patch, every hidden test passing), or None and what the last one met."""
+    why = ""
+    for _ in range(TRIAL_ATTEMPTS):
+        g = grade_patch(task, patch, sandbox_config, trial=trial)
+        if g.infra_error:
+            why = f"infra error: {g.infra_error}"
+        elif patch and g.correct != 1.0:
+            why = "the hidden tests did not all pass beside the canaries"
+        else:
+            return g, ""
+    return (
+        None,
+        f"the trial grade of {what} with the canaries decided nothing in {TRIAL_ATTEMPTS} tries ({why})",
+    )
 
 
 RUNS = 2

@@ -28,7 +28,7 @@ from policies.base import ChatPolicy, ChatReply, SamplingParams, ToolCall
 from policies.hacker import HACKERS, hacker_calls
 from policies.spec import PolicySpecError
 from tasks.model import Task
-from tasks.patches import patch_as_edits, split_patch, tighten
+from tasks.patches import FilePatch, TextEdit, file_hunks, patched_text, split_patch, tighten
 
 STEP_MARK = re.compile(r"\[scripted-step (\d+)\]")
 
@@ -44,26 +44,48 @@ def gold_calls(task: Task, explore: bool = True) -> list[ScriptedCall]:
     """The calls that apply the task's gold patch with the agent's own tools.
 
     With `explore` the agent first looks around and runs the tests, and runs them again after the fix;
-    without it, it only edits (the shortest solving episode, for warm starts of tiny models).
+    without it, it only edits, with as little context as keeps each edit unique (the shortest solving
+    episode, for warm starts of tiny models).
     """
     if not task.gold_patch:
         raise ValueError(f"task {task.id} has no gold patch to play")
     calls = [ScriptedCall(name="list_dir", arguments={"path": "."}), ScriptedCall(name="run_tests")]
     calls = calls if explore else []
-    deleted = [part.old_path for part in split_patch(task.gold_patch) if part.new_path is None]
-    kept = "".join(part.text for part in split_patch(task.gold_patch) if part.new_path is not None)
-    for edit in patch_as_edits(kept):
-        if edit.old and not explore:
-            edit = tighten(edit, (task.repo / edit.path).read_text())
-        if edit.old:
-            args = {"path": edit.path, "old_str": edit.old, "new_str": edit.new}
-            calls.append(ScriptedCall(name="edit", arguments=args))
-        else:
-            calls.append(ScriptedCall(name="write_file", arguments={"path": edit.path, "content": edit.new}))
-    for path in deleted:
-        calls.append(ScriptedCall(name="bash", arguments={"command": f"rm -f -- '{path}'"}))
+    parts = split_patch(task.gold_patch)
+    for part in parts:
+        if part.new_path is not None:
+            calls += file_calls(task, part, tight=not explore)
+    for part in parts:
+        if part.old_path is not None and part.old_path != part.new_path:  # deleted, or renamed away
+            calls.append(ScriptedCall(name="bash", arguments={"command": f"rm -f -- '{part.old_path}'"}))
     if explore:
         calls.append(ScriptedCall(name="run_tests"))
+    return calls
+
+
+def file_calls(task: Task, part: FilePatch, tight: bool) -> list[ScriptedCall]:
+    """The tool calls that make one file's change: an edit per hunk, each against the file as the
+    earlier ones left it (`tight`: with as little context as keeps it unique there); one write_file of
+    the whole new file for a new or renamed file, or where a hunk's text is not unique in the file (the
+    edit tool refuses those)."""
+    path = part.new_path or ""
+    source = task.repo / (part.old_path or path)
+    original = source.read_text() if part.old_path is not None and source.is_file() else ""
+    whole = [
+        ScriptedCall(name="write_file", arguments={"path": path, "content": patched_text(original, part)})
+    ]
+    if part.old_path != part.new_path:
+        return whole
+    text, calls = original, []
+    for hunk in file_hunks(part):
+        edit = TextEdit(path, hunk.old, hunk.new)
+        edit = tighten(edit, text) if tight else edit
+        if not edit.old or text.count(edit.old) != 1:
+            return whole
+        text = text.replace(edit.old, edit.new, 1)
+        calls.append(
+            ScriptedCall(name="edit", arguments={"path": path, "old_str": edit.old, "new_str": edit.new})
+        )
     return calls
 
 
@@ -103,6 +125,9 @@ class ScriptedPolicy:
         calls = gold_calls(task, explore=self.source == "gold")
         if self.source == "decoy":  # the right place, the wrong fix: the edited lines become `pass`
             for call in calls:
+                existing = task.repo / call.arguments.get("path", "")
+                if call.name == "write_file" and existing.is_file():  # a whole file written: left as it was
+                    call.arguments["content"] = existing.read_text()
                 if call.name == "edit":
                     indent = call.arguments["old_str"][
                         : len(call.arguments["old_str"]) - len(call.arguments["old_str"].lstrip())

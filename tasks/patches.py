@@ -212,6 +212,58 @@ class TextEdit:
     new: str
 
 
+@dataclass(frozen=True)
+class Hunk:
+    """One hunk of a file's patch: where its old text starts (1-based line, as its header says) and the
+    exact text it replaces (context and removed lines) with what (context and added lines)."""
+
+    old_start: int
+    old_count: int
+    old: str
+    new: str
+
+
+_HUNK = re.compile(r"^@@ -(?P<start>\d+)(?:,(?P<count>\d+))? \+\d+(?:,\d+)? @@")
+
+
+def file_hunks(part: FilePatch) -> list[Hunk]:
+    """The hunks of one file's text patch, in order. Binary changes have none to give: ValueError."""
+    if "GIT binary patch" in part.text or "Binary files" in part.text:
+        raise ValueError(f"{part.new_path or part.old_path}: a binary change is not an edit")
+    hunks: list[Hunk] = []
+    header: re.Match[str] | None = None
+    old_lines: list[str] = []
+    new_lines: list[str] = []
+
+    def close() -> None:
+        if header is not None:
+            count = 1 if header["count"] is None else int(header["count"])
+            hunks.append(Hunk(int(header["start"]), count, "".join(old_lines), "".join(new_lines)))
+
+    for line in part.text.splitlines(keepends=True):
+        if line.startswith("@@"):
+            close()
+            header, old_lines, new_lines = _HUNK.match(line), [], []
+            if header is None:
+                raise ValueError(f"{part.new_path or part.old_path}: an unreadable hunk header {line!r}")
+        elif header is None:
+            continue
+        elif line.startswith("\\"):  # "\ No newline at end of file"
+            for lines in (old_lines, new_lines):
+                if lines and lines[-1].endswith("\n"):
+                    lines[-1] = lines[-1][:-1]
+        elif line.startswith("-"):
+            old_lines.append(line[1:])
+        elif line.startswith("+"):
+            new_lines.append(line[1:])
+        else:  # context; some tools strip the space of an empty context line
+            text = line[1:] if line.startswith(" ") else line
+            old_lines.append(text)
+            new_lines.append(text)
+    close()
+    return hunks
+
+
 def patch_as_edits(patch: str) -> list[TextEdit]:
     """Each hunk of a text patch as an exact replacement (context and removed -> context and added).
 
@@ -222,33 +274,25 @@ def patch_as_edits(patch: str) -> list[TextEdit]:
     for part in split_patch(patch):
         if part.new_path is None:
             raise ValueError(f"{part.old_path}: a deleted file is not an edit")
-        if "GIT binary patch" in part.text or "Binary files" in part.text:
-            raise ValueError(f"{part.new_path}: a binary change is not an edit")
-        old_lines: list[str] = []
-        new_lines: list[str] = []
-        in_hunk = False
-        for line in part.text.splitlines(keepends=True):
-            if line.startswith("@@"):
-                if in_hunk:
-                    edits.append(TextEdit(part.new_path, "".join(old_lines), "".join(new_lines)))
-                old_lines, new_lines, in_hunk = [], [], True
-            elif not in_hunk:
-                continue
-            elif line.startswith("\\"):  # "\ No newline at end of file"
-                for lines in (old_lines, new_lines):
-                    if lines and lines[-1].endswith("\n"):
-                        lines[-1] = lines[-1][:-1]
-            elif line.startswith("-"):
-                old_lines.append(line[1:])
-            elif line.startswith("+"):
-                new_lines.append(line[1:])
-            else:  # context; some tools strip the space of an empty context line
-                text = line[1:] if line.startswith(" ") else line
-                old_lines.append(text)
-                new_lines.append(text)
-        if in_hunk:
-            edits.append(TextEdit(part.new_path, "".join(old_lines), "".join(new_lines)))
+        edits += [TextEdit(part.new_path, h.old, h.new) for h in file_hunks(part)]
     return edits
+
+
+def patched_text(text: str, part: FilePatch) -> str:
+    """`text` with the hunks of one file's patch applied where their headers say, the last first (so
+    the earlier ones' lines do not move): the file a patch makes even where a hunk's text occurs more
+    than once. ValueError if a hunk's old text is not at its line."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    for hunk in reversed(file_hunks(part)):
+        first = hunk.old_start - 1 if hunk.old_count else hunk.old_start  # count 0: after that line
+        at = offsets[min(max(first, 0), len(lines))]
+        if not text.startswith(hunk.old, at):
+            raise ValueError(f"{part.new_path}: the hunk at line {hunk.old_start} does not match the file")
+        text = text[:at] + hunk.new + text[at + len(hunk.old) :]
+    return text
 
 
 def tighten(edit: TextEdit, text: str) -> TextEdit:

@@ -85,12 +85,13 @@ class CpuThreads(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     learner: int | None = Field(default=None, ge=1)
-    """CPU threads of the learner's step (forward, backward, optimizer). None: where the sampler and the
-    learner run at once (`async` mode, and `sync` with `stream_groups`), the cores the sampler leaves (at
-    least one); every core where they take turns (`sync` without)."""
+    """CPU threads of the learner's step (forward, backward, optimizer). None: every core in `sync` mode
+    (with `stream_groups` the learner overlaps the end of the rollouts only: every core each measured as
+    fast as a split, docs/benchmarks.md); in `async` mode, where they run at once, the cores the sampler
+    leaves (at least one)."""
     sampler: int | None = Field(default=None, ge=1)
-    """CPU threads of the in-process sampler's decode. None: where they run at once, half of the cores, at
-    least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo); else every core."""
+    """CPU threads of the in-process sampler's decode. None: every core in `sync` mode; in `async` mode
+    half of them, at least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo)."""
 
 
 class TrainConfig(BaseModel):
@@ -725,7 +726,7 @@ def thread_split(config: TrainConfig, processes: Processes) -> tuple[int | None,
     if processes.device.type != "cpu" or processes.world > 1 or not sampled_here:
         return None, None
     learner, sampler = config.threads.learner, config.threads.sampler
-    if config.mode == "async" or streams(config, processes):  # they run at once: each a share of the cores
+    if config.mode == "async":  # they run at once: each a share of the cores, not both all of them
         cores = host_cores()
         sampler = sampler or async_sampler_threads(cores)
         learner = learner or max(1, cores - sampler)

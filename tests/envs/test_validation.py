@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
-from envs.grading import grade_patch
+import pytest
+
+import envs.validation as validation_module
+from envs.grading import Grade, grade_patch
 from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
-from envs.validation import validate_task
+from envs.validation import TRIAL_ATTEMPTS, validate_task
 from tasks.computed import COMPUTED_FILE
+from tasks.model import Task
 from tasks.suite import load_suite, suite_path
 from tests.conftest import require_backend
 from tests.harness.test_cli import harness
@@ -19,14 +24,14 @@ TASK = "schedule-001-merge-touching"
 HIDDEN = "tests/test_hidden_merge_touching.py"
 
 
-def copied_suite(tmp_path: Path) -> Path:
-    """The built-in suite's schedule repository and TASK, without its stored values and canaries."""
+def copied_suite(tmp_path: Path, task: str = TASK) -> Path:
+    """The built-in suite's schedule repository and `task`, without its stored values and canaries."""
     builtin = suite_path("builtin")
     suite = tmp_path / "suite"
     shutil.copytree(builtin / "repos" / "schedule", suite / "repos" / "schedule")
-    shutil.copytree(builtin / TASK, suite / TASK)
-    (suite / TASK / COMPUTED_FILE).unlink()
-    (suite / TASK / "canaries.json").unlink(missing_ok=True)
+    shutil.copytree(builtin / task, suite / task)
+    (suite / task / COMPUTED_FILE).unlink()
+    (suite / task / "canaries.json").unlink(missing_ok=True)
     return suite
 
 
@@ -69,3 +74,42 @@ def test_validate_stores_the_expected_sides_the_gold_tree_computes(tmp_path: Pat
     said = " ".join((out.stdout + out.stderr).split())  # as one line, however the terminal wrapped it
     assert out.returncode != 0, said
     assert f"values of {HIDDEN} were made from another text: run it without --check" in said
+
+
+class FailingTrials:
+    """`grade_patch` whose first `failures` grades with trial canaries come back as an infra error (a
+    sandbox that timed out on a loaded host): a fault that cannot be had on demand from a real host."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.trials = 0
+
+    def __call__(self, task: Task, patch: str, config: SandboxConfig, **kwargs: Any) -> Grade:
+        graded = grade_patch(task, patch, config, **kwargs)
+        if kwargs.get("trial"):
+            self.trials += 1
+            if self.trials <= self.failures:
+                return graded.model_copy(update={"infra_error": "sandbox timed out", "correct": 0.0})
+        return graded
+
+
+def test_canaries_survive_a_failing_first_trial_and_zero_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One failed trial grade used to leave the task without canaries, silently; it is now tried again,
+    and a task left with none says the trial grades decided nothing."""
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    task = load_suite(str(copied_suite(tmp_path, "schedule-005-every-weekday")))[0]  # it has text canaries
+    once = FailingTrials(1)
+    monkeypatch.setattr(validation_module, "grade_patch", once)
+    validation = validate_task(task, config, repeats=1, episode=False)
+    assert validation.ok, validation.problems
+    assert validation.canaries > 0 and once.trials > 1
+    always = FailingTrials(10**6)
+    monkeypatch.setattr(validation_module, "grade_patch", always)
+    validation = validate_task(task, config, repeats=1, episode=False)
+    assert validation.canaries == 0 and always.trials == TRIAL_ATTEMPTS
+    assert (
+        f"decided nothing in {TRIAL_ATTEMPTS} tries (infra error: sandbox timed out)" in validation.no_canary
+    )

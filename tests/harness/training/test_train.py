@@ -250,13 +250,11 @@ def test_groups_that_all_failed_get_hint_rollouts_outside_their_baseline(
 
 
 def test_the_learner_and_the_sampler_get_their_thread_counts(tiny_model_path: Path, tmp_path: Path) -> None:
-    """`threads` reaches each side on a one-process CPU run; the async default (and that of streamed sync
-    steps, test_streaming.py) leaves the learner cores; a GPU, torchrun or a sampler server leaves torch's
-    counts alone."""
+    """`threads` reaches each side on a one-process CPU run; the async default leaves the learner cores;
+    a GPU, torchrun or a sampler server leaves torch's counts alone."""
     cpu = Processes(rank=0, world=1, device=torch.device("cpu"))
     run = config(tiny_model_path, tmp_path / "run", 1)
-    whole = run.model_copy(update={"stream_groups": False})
-    assert thread_split(whole, cpu) == (None, None)  # sync, whole batches: each side every core in turn
+    assert thread_split(run, cpu) == (None, None)  # sync: each side takes every core
     share = async_sampler_threads(host_cores())
     assert thread_split(run.model_copy(update={"mode": "async"}), cpu) == (
         max(1, host_cores() - share),
