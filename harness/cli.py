@@ -473,6 +473,13 @@ def add_synth_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentPar
     p.add_argument("--name", default=None, help="the repository's name in the suite (default: its folder's)")
     p.add_argument("--max-tries", type=int, default=None, help="most mutations tried (default 25 per task)")
     p.add_argument("--per-function", type=int, default=2, help="most tasks from one function (default 2)")
+    p.add_argument(
+        "--baseline-timeout",
+        type=float,
+        default=None,
+        metavar="S",
+        help="time limit of the first full test runs (default 600 s and 1 s more per test function)",
+    )
     p.add_argument("--backend", default="auto")
     p.add_argument("--no-validate", action="store_true", help="skip validating each task (gold 1, empty 0)")
     p.add_argument(
@@ -500,6 +507,7 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
             "name": name,
             "max_tries": args.max_tries,
             "per_function": args.per_function,
+            "baseline_timeout_s": args.baseline_timeout,
         }
     )
     sandbox = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})

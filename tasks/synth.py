@@ -48,6 +48,7 @@ from tasks.environment import Environment
 from tasks.model import Limits
 from tasks.mutations import OPERATORS, Mutation, Operator, Source, find_mutations
 from tasks.patches import NOISE, is_graded_path
+from tasks.pytest_config import pytest_collection
 from tasks.suite import BugEdit, TaskError, TaskFile, cache_root
 
 Verdict = Literal["kept", "survived", "timeout", "crashed", "broke_collection", "duplicate", "unconfirmed"]
@@ -119,8 +120,9 @@ class SynthConfig(BaseModel):
     """Most mutations tried; None: 25 per task wanted."""
     per_function: int = Field(default=2, ge=1)
     """Most tasks from one function."""
-    baseline_timeout_s: float = Field(default=600.0, gt=0)
-    """Time limit of the first full test runs."""
+    baseline_timeout_s: float | None = Field(default=None, gt=0)
+    """Time limit of the first full test runs (the traced one and the plain one); None: 600 s and 1 s
+    more per test function (`baseline_limit`)."""
 
 
 class Trial(BaseModel):
@@ -231,11 +233,31 @@ def _walk_python(repo: Path) -> Iterator[str]:
 
 
 def find_test_files(repo: Path) -> list[str]:
-    """The files pytest collects by default: test_*.py and *_test.py."""
-    found = [p for p in _walk_python(repo) if re.fullmatch(r"test_.*\.py|.*_test\.py", Path(p).name)]
+    """The files the repository's pytest collects: its `python_files` patterns under its `testpaths`, as
+    its configuration sets them (`tasks/pytest_config.py`; by default test_*.py and *_test.py anywhere)."""
+    collection = pytest_collection(repo)
+    found = [p for p in _walk_python(repo) if collection.collects(p)]
     if not found:
-        raise SynthError(f"{repo}: no test files (test_*.py or *_test.py); synthesis needs a pytest suite")
+        where = f" under {' '.join(collection.testpaths)}" if collection.testpaths else ""
+        said = f", as {collection.source} sets them" if collection.source else ""
+        raise SynthError(
+            f"{repo}: no test files ({' or '.join(collection.python_files)}{where}{said}); synthesis needs"
+            " a pytest suite"
+        )
     return found
+
+
+def baseline_limit(repo: Path, tests: list[str], setting: float | None) -> float:
+    """The time limit of the baseline's test runs: `setting`, or 600 s and 1 s more per test function
+    the test files define (a suite of 1,000 tests gets 1,600 s: the traced run costs several times the
+    plain one)."""
+    if setting is not None:
+        return setting
+    defined = sum(len(TEST_DEF.findall((repo / t).read_text(errors="replace"))) for t in tests)
+    return 600.0 + defined
+
+
+TEST_DEF = re.compile(r"^\s*(?:async\s+)?def\s+test", re.MULTILINE)
 
 
 def find_source_files(repo: Path) -> list[str]:
@@ -657,9 +679,8 @@ def synthesize(
     at a time as there are runners, which run in `environment` (written into each task)."""
     started = time.monotonic()
     tests = find_test_files(repo)
-    baseline, cached = cached_baseline(
-        runners, repo, tests, find_source_files(repo), config.baseline_timeout_s
-    )
+    limit = baseline_limit(repo, tests, config.baseline_timeout_s)
+    baseline, cached = cached_baseline(runners, repo, tests, find_source_files(repo), limit)
     order = candidates(repo, baseline, config.seed)
     if not order:
         raise SynthError(f"{repo}: no mutation possible on the lines the tests cover")
