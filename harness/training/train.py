@@ -86,9 +86,9 @@ class CpuThreads(BaseModel):
 
     learner: int | None = Field(default=None, ge=1)
     """CPU threads of the learner's step (forward, backward, optimizer). None: every core in `sync` mode
-    (with `stream_groups` the learner overlaps the end of the rollouts only: every core each measured as
-    fast as a split, docs/benchmarks.md); in `async` mode, where they run at once, the cores the sampler
-    leaves (at least one)."""
+    (with `stream_groups` as well, where the learner overlaps the rollouts: a split measured no faster,
+    docs/benchmarks.md); in `async` mode, where they run at once, the cores the sampler leaves (at least
+    one)."""
     sampler: int | None = Field(default=None, ge=1)
     """CPU threads of the in-process sampler's decode. None: every core in `sync` mode; in `async` mode
     half of them, at least one (`policies.cpu_threads.async_sampler_threads`, measured on the demo)."""
