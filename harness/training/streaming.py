@@ -32,7 +32,7 @@ class GroupStream:
     `group_size` rollouts are in, in the order of `order` (the order the jobs were handed out, which is
     about the order groups finish; a fixed order keeps the summed gradient the same whatever the timing).
     Afterwards `rolled` is the whole batch (sorted as `roll` returns it), `rollout_s` how long it took,
-    and `early` how many groups reached the learner before the last rollout finished."""
+    and `ended` when (time.monotonic) the last rollout finished."""
 
     def __init__(
         self, roll: Roll, step: int, order: list[str], group_size: int, stop: threading.Event
@@ -43,10 +43,9 @@ class GroupStream:
         self._partial: dict[str, list[Trajectory]] = {}
         self._lock = threading.Lock()
         self._ready: queue.Queue[tuple[str, list[Trajectory]] | BaseException | None] = queue.Queue()
-        self._done = threading.Event()
         self.rolled: list[Trajectory] = []
         self.rollout_s = 0.0
-        self.early = 0
+        self.ended = float("inf")
         self._thread = threading.Thread(
             target=self._roll, args=(roll, step), name="streamed-rollouts", daemon=True
         )
@@ -64,8 +63,8 @@ class GroupStream:
         started = time.monotonic()
         try:
             self.rolled = roll(step, self._each)
-            self.rollout_s = time.monotonic() - started
-            self._done.set()
+            self.ended = time.monotonic()
+            self.rollout_s = self.ended - started
             with self._lock:  # groups short of a member (none in a whole batch), learned last
                 for task_id, members in self._partial.items():
                     self._ready.put((task_id, sorted(members, key=lambda t: t.sample_index)))
@@ -88,7 +87,6 @@ class GroupStream:
                     arrived[item[0]] = item[1]
             for key in [task_id] if task_id is not None else sorted(arrived):
                 if key in arrived:
-                    self.early += not self._done.is_set()
                     yield arrived.pop(key)
 
     def close(self, timeout_s: float = 30.0) -> None:
@@ -107,8 +105,6 @@ class GroupLearner:
         """The step's mask-1 tokens so far (the normaliser of `token-mean`)."""
         self.rows = 0
         """The step's rows so far (the normaliser of the seq-mean modes)."""
-        self.busy_s = 0.0
-        """Seconds spent learning (for the learner's idle share)."""
         self._sums: dict[str, float] = {}
         self._maxes: dict[str, float] = {}
         learner.learner_logprobs = {}
@@ -116,7 +112,6 @@ class GroupLearner:
     def add(self, rows: list[Row]) -> None:
         if not rows:
             return
-        started = time.monotonic()
         metrics = self.learner.accumulate_grpo(rows, totals=(1.0, 1.0))
         self.tokens += sum(sum(r.mask[1:]) for r in rows)
         self.rows += len(rows)
@@ -128,13 +123,11 @@ class GroupLearner:
                 self._maxes[name] = max(self._maxes.get(name, value), value)
             else:
                 self._sums[name] = self._sums.get(name, 0.0) + value * tokens
-        self.busy_s += time.monotonic() - started
 
     def finish(self) -> dict[str, float]:
         """The step's update; its metrics as `Learner.grpo_step` gives them (none without rows)."""
         if not self.rows:
             return {}
-        started = time.monotonic()
         divisor = aggregate_divisor(self.learner.config.loss_agg, self.tokens, self.rows)
         self.learner.scale_gradients(1.0 / divisor)
         tokens = self._sums.get("tokens", 0.0)
@@ -146,9 +139,7 @@ class GroupLearner:
             else value / max(1.0, tokens)
             for name, value in self._sums.items()
         }
-        metrics |= self._maxes | self.learner.apply()
-        self.busy_s += time.monotonic() - started
-        return metrics
+        return metrics | self._maxes | self.learner.apply()
 
 
 def merged_stats(parts: list[tuple[dict[str, float], int]]) -> dict[str, float]:

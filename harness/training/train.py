@@ -395,26 +395,27 @@ def _learn_streamed(run: TrainingRun, step: int) -> LearnedStep:
     learner = GroupLearner(run.learner)
     rows: list[Row] = []
     parts: list[tuple[dict[str, float], int]] = []
-    rows_s = 0.0
+    spans: list[tuple[float, float]] = []  # when each group was learned
     try:
         for group in stream:
             started = time.monotonic()
             group_rows, group_stats = _rows(run, group)
-            rows_s += time.monotonic() - started
             learner.add(group_rows)
+            spans.append((started, time.monotonic()))
             rows += group_rows
             parts.append((group_stats, len(group)))
     except BaseException:
         stream.close()
         raise
-    metrics = learner.finish()
     started = time.monotonic()
+    metrics = learner.finish()
     due = _checkpoint_due(run.config, step)
     optimizer = optimizer_state(run.learner.trained, run.learner.optimizer) if due else None
     learned = Learned(metrics, dict(run.learner.learner_logprobs), optimizer)
     batch = Batch(stream.rolled, stream.rolled, {"time_rollout_s": stream.rollout_s}, {})
-    stats = merged_stats(parts) | {"groups_streamed": float(stream.early)}
-    return batch, rows, learned, stats, rows_s + learner.busy_s + time.monotonic() - started
+    overlapped = sum(max(0.0, min(end, stream.ended) - start) for start, end in spans)
+    stats = merged_stats(parts) | {"time_learn_overlapped_s": overlapped}  # of time_learn_s
+    return batch, rows, learned, stats, sum(end - start for start, end in spans) + time.monotonic() - started
 
 
 @dataclass
