@@ -3,8 +3,12 @@
 Standard library and pytest only; started as `python3 -I -B grade_runner.py REPORT INI ROOT PLAN`, so the
 environment and the repository's folder on sys.path have no say over how Python starts. PLAN is a JSON
 file: `targets` (a test file, or one test's node id, each run alone) and `held` (the real copies and
-canaries, by run name, which this runner writes itself). pytest is pointed at the grader's own ini file
-(`-c`), so the repository's test settings have no effect. Outcomes come from pytest's own reports.
+canaries, by run name, which this runner writes itself), `child_timeout_s` and `base_modules` (the
+top-level modules the task's base tree defines, read by the host from the pristine repository). pytest is
+pointed at the grader's own ini file (`-c`), so the repository's test settings have no effect. Outcomes
+come from pytest's own reports. In a child the repository's folders come first on sys.path, and what
+pytest loaded of a package the base defines (attrs, pluggy, iniconfig, packaging) is taken out of
+`sys.modules`: the tests import the repository's code, never the grader's copy of it.
 
 Outcomes are decided where the agent's code never ran. This process (the parent) makes itself undumpable
 (no process of the sandbox's user may ptrace it or open its memory or file descriptors) and forks a
@@ -584,10 +588,11 @@ class Zygote:
             if pid == 0:
                 os.close(self.control[0])
                 os.close(self.events[1])
-                target = _receive(self.targets[0]).decode()
+                target, _, names = _receive(self.targets[0]).decode().partition("\0")
                 os.close(self.targets[0])
                 try:
-                    _child(target, ini, root, before, self.answers[1], config)
+                    provided = set(filter(None, names.split(",")))
+                    _child(target, ini, root, before, self.answers[1], config, provided)
                 except BaseException:  # into the child's log: the runner reports its last line
                     import traceback
 
@@ -598,15 +603,18 @@ class Zygote:
             os.waitpid(pid, 0)
             os.write(self.events[1], b"e")
 
-    def run(self, target: str, limit: float | None = None) -> tuple[dict[str, Any], bool]:
+    def run(
+        self, target: str, limit: float | None = None, provided: tuple[str, ...] = ()
+    ) -> tuple[dict[str, Any], bool]:
         """Runs `target` in a new child and returns its answer (empty when it died without one) and
-        whether it ran past `limit` seconds (then it is killed, with what it started). Reading stops when
-        the child is gone, not at end of file: a process it left may hold the pipe open."""
+        whether it ran past `limit` seconds (then it is killed, with what it started). `provided`: the
+        top-level modules the repository's base defines (`evict_shadowed`). Reading stops when the child
+        is gone, not at end of file: a process it left may hold the pipe open."""
         _drain(self.targets[0])  # what an earlier child wrote there is no one's target
         _drain(self.answers[0])
         try:
             os.write(self.control[1], b"r")
-            _send(self.targets[1], target.encode())
+            _send(self.targets[1], f"{target}\0{','.join(provided)}".encode())
         except OSError:  # the zygote is gone (killed by code under test): nothing more runs
             self.alive = False
             return {}, False
@@ -1050,7 +1058,30 @@ def _is_test_file(relative: str) -> bool:
     return tests or any(part in ("tests", "test", "testing") for part in parts[:-1])
 
 
-def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int, config: Any) -> None:
+def repository_first(root: str, path: list[str]) -> list[str]:
+    """`path` with the repository's folders first (its root, then the others in their order, `src/`
+    among them): the repository's code comes before the grader's own packages wherever both define a
+    module (a task on attrs, whose copy pytest's environment also holds)."""
+    inside = [p for p in path if _inside(os.path.join(p or ".", "x"), root)]
+    return [root, *[p for p in inside if p != root], *[p for p in path if p not in inside]]
+
+
+KEPT_LOADED = frozenset({"pytest", "_pytest", EXPECT})
+"""Loaded modules a repository's own never replace in a child: the session that runs is this pytest."""
+
+
+def evict_shadowed(names: set[str]) -> None:
+    """Takes the modules pytest loaded (attrs, pluggy, iniconfig, packaging, ...) out of `sys.modules`
+    where the repository's base defines a top-level module of that name: a test's import then loads the
+    repository's. pytest goes on with the objects it holds; the standard library is never taken out."""
+    gone = {n for n in names if n not in KEPT_LOADED and n not in sys.stdlib_module_names}
+    for name in [n for n in sys.modules if n.split(".", 1)[0] in gone]:
+        del sys.modules[name]
+
+
+def _child(
+    target: str, ini: str, root: str, before: Fingerprint, answer_fd: int, config: Any, provided: set[str]
+) -> None:
     for block in [f for f in sys.meta_path if isinstance(f, RepositoryBlock)]:
         block.lift()
     try:  # no POSIX message queue can carry anything to a later child
@@ -1069,7 +1100,8 @@ def _child(target: str, ini: str, root: str, before: Fingerprint, answer_fd: int
     sys.stdout = os.fdopen(1, "w", closefd=False)
     sys.stderr = os.fdopen(2, "w", closefd=False)
     os.chdir(root)
-    sys.path.insert(0, root)
+    sys.path[:] = repository_first(root, sys.path)
+    evict_shadowed(provided)
     expect = sys.modules.get(EXPECT)
     grader = os.path.dirname(os.path.abspath(__file__))
     audit = Audit(
@@ -1184,14 +1216,9 @@ def load_expect(folder: str) -> None:
     spec.loader.exec_module(module)
 
 
-def warm_up(root: str) -> None:
-    """Imports pytest's own plugins and the environment's (`pytest11` entry points) in the parent, with
-    every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
-    under test runs, so a plugin that patches pytest when imported is not taken for tampering, and every
-    child starts warm instead of importing them again (anyio's plugin alone, with trio, took half a
-    second a child). inspect's map of module files is made for them. Then the heap is frozen, so that a
-    child's collections skip what it inherited."""
-    RepositoryBlock(root).install()
+def load_plugins() -> None:
+    """Imports pytest's own plugins and the environment's (`pytest11` entry points): with them, what
+    they import of attrs, pluggy or packaging is loaded before the repository's copy may come first."""
     from _pytest.config import default_plugins
 
     modules = [f"_pytest.{plugin}" for plugin in default_plugins] + ["unittest"]
@@ -1208,6 +1235,17 @@ def warm_up(root: str) -> None:
             importlib.import_module(name)
         except Exception:  # a plugin that fails here fails again in the child, where pytest reports it
             pass
+
+
+def warm_up(root: str) -> None:
+    """Imports pytest's own plugins and the environment's (`pytest11` entry points) in the parent, with
+    every module of the repository refused (`RepositoryBlock`): they are fingerprinted before any code
+    under test runs, so a plugin that patches pytest when imported is not taken for tampering, and every
+    child starts warm instead of importing them again (anyio's plugin alone, with trio, took half a
+    second a child). inspect's map of module files is made for them. Then the heap is frozen, so that a
+    child's collections skip what it inherited."""
+    RepositoryBlock(root).install()
+    load_plugins()
     # inspect's map of files to modules, which pytest's report of a failure fills by resolving the path
     # of every module loaded (a third of a failing child's time): made here once, for what is loaded now.
     inspect.getmodule(compile("", "<harness-grader>", "exec"))
@@ -1249,6 +1287,7 @@ def main() -> None:
     ipc = remove_ipc(set()) if in_sandbox else set()
     limit = plan.get("child_timeout_s")
     limit = float(limit) if isinstance(limit, (int, float)) and limit > 0 else None
+    provided = tuple(str(m) for m in plan.get("base_modules", []) if str(m).isidentifier())
     outcomes: dict[str, str] = {}
     observed: dict[str, list[list[Any]]] = {}
     crashes: dict[str, Any] = {}
@@ -1261,7 +1300,7 @@ def main() -> None:
     for target in order:
         file = target.split("::", 1)[0]
         expected = {**on_disk, **({file: _write_held(root, file, held[file])} if file in held else {})}
-        answer, expired = zygote.run(target, limit)
+        answer, expired = zygote.run(target, limit, provided)
         if in_sandbox:  # what the child left running must not see the next child, nor the report
             stop_the_others(spare={zygote.pid})
         findings += [f"{f} was rewritten" for f, d in expected.items() if _digest(os.path.join(root, f)) != d]

@@ -43,7 +43,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_task_sandbox
-from envs.judge import Judged, apply_patch, judge_tree
+from envs.judge import Judged, apply_patch, base_modules, judge_tree
 from envs.lifecycle import close_later
 from envs.reward import WEIGHTS, RewardConfig, Simplicity, reward, simplicity
 from envs.run_plan import RunPlan, canary_verdict, plan_run, scored
@@ -440,7 +440,12 @@ def _run_tests(
     report = f"{grader_dir}/report-{secrets.token_hex(8)}.json"
     held = f"{grader_dir}/plan-{secrets.token_hex(8)}.json"
     child_limit = min(task.limits.test_file_timeout_s, timeout)
-    plan_file = {"targets": plan.targets(), "held": plan.held, "child_timeout_s": child_limit}
+    plan_file = {
+        "targets": plan.targets(),
+        "held": plan.held,
+        "child_timeout_s": child_limit,
+        "base_modules": base_modules(task.repo),
+    }
     sandbox.write_file(held, json.dumps(plan_file).encode())
     run = sandbox.run(
         ["python3", "-I", "-S", "-B", f"{grader_dir}/run.py", report, f"{grader_dir}/pytest.ini", WORKDIR, held],

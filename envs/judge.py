@@ -11,8 +11,10 @@ Python's import system does on a case-insensitive file system and as package met
 - packaging metadata (`*.dist-info/`, `*.egg-info/`), whose entry points pytest loads as plugins;
 - a compiled or binary artefact the interpreter or the loader would pick up (`__pycache__/`, `*.pyc`,
   `*.so`, ...), or any file holding a NUL byte;
-- a new module or package that shadows a module of the standard library or of the test runner, in a
-  folder that can be on `sys.path` (one without `__init__.py`).
+- a module or package that shadows a module of the standard library, or a new one that shadows a module
+  of the test runner or of a package it depends on, in a folder that can be on `sys.path` (the root, `src/`,
+  or one without `__init__.py`). A runner's module the base already defines is the repository's own (a
+  task on attrs, pluggy or iniconfig): the grader tests it, not its own copy (`grade_runner`'s eviction).
 
 Symbolic links and special files are never kept: what a link means depends on where it is read. The
 graded tree is the base plus the kept changes, and its diff (`Judged.patch`) is what the simplicity term
@@ -43,9 +45,17 @@ STARTUP_MODULES = frozenset({"sitecustomize", "usercustomize"})
 any form (a module, a package, a namespace folder, a compiled file), is dropped."""
 METADATA_DIRS = (".dist-info", ".egg-info")
 ARTEFACTS = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".egg", ".whl", ".zip")
-RUNNER_MODULES = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "hypothesis"})
-SHADOWABLE = frozenset(sys.stdlib_module_names) | RUNNER_MODULES
-"""Module names a repository must not newly define where they would come first on `sys.path`."""
+RUNNER_MODULES = frozenset(
+    {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "hypothesis", "attr", "attrs",
+     "exceptiongroup", "tomli"}
+)  # fmt: skip
+"""The test runner and the packages it depends on (pytest 7.2's, on every Python it supports)."""
+STDLIB = frozenset(sys.stdlib_module_names)
+SHADOWABLE = STDLIB | RUNNER_MODULES
+"""Module names a repository must not newly define where they would come first on `sys.path` (one of
+the standard library's not even where the base defines it)."""
+ON_PATH = ("", "src")
+"""Folders of the repository that are on `sys.path` whether or not they hold an `__init__.py`."""
 IGNORED_DIRS = frozenset({".git"})
 """Never part of the graded tree: the sandbox's history is the grader's, not the agent's."""
 
@@ -94,8 +104,15 @@ def walk(root: Path) -> dict[str, Entry]:
     return found
 
 
-def why_dropped(path: str, content: bytes | None, tree: dict[str, Entry], hidden: set[str]) -> str | None:
-    """Why a change to `path` (new `content`, None when deleted) is not graded; None: it is."""
+def why_dropped(
+    path: str,
+    content: bytes | None,
+    tree: dict[str, Entry],
+    hidden: set[str],
+    base: dict[str, Entry] | None = None,
+) -> str | None:
+    """Why a change to `path` (new `content`, None when deleted) in `tree` (from `base`) is not graded;
+    None: it is."""
     parts = [part.lower() for part in PurePosixPath(path).parts]
     name = parts[-1]
     if path in hidden:
@@ -110,9 +127,9 @@ def why_dropped(path: str, content: bytes | None, tree: dict[str, Entry], hidden
         return "a compiled or binary artefact"
     if content is not None and b"\0" in content:
         return "a binary file"
-    shadowed = _shadowed_module(PurePosixPath(path), tree)
+    shadowed = _shadowed_module(PurePosixPath(path), tree, base or {})
     if content is not None and shadowed is not None:
-        return f"a new module that shadows {shadowed!r}"
+        return f"a module that shadows {shadowed!r}"
     return None
 
 
@@ -120,9 +137,10 @@ def _matches(name: str, patterns: tuple[str, ...]) -> bool:
     return any(fnmatch.fnmatchcase(name, pattern) for pattern in patterns)
 
 
-def _shadowed_module(path: PurePosixPath, tree: dict[str, Entry]) -> str | None:
-    """The module a new file at `path` would define ahead of the standard library or the test runner:
-    `NAME.py` or `NAME/__init__.py` in a folder without `__init__.py` (a possible `sys.path` entry)."""
+def _shadowed_module(path: PurePosixPath, tree: dict[str, Entry], base: dict[str, Entry]) -> str | None:
+    """The module a file at `path` would define ahead of the standard library or the test runner:
+    `NAME.py` or `NAME/__init__.py` in the root, in `src/` or in a folder without `__init__.py` (a
+    possible `sys.path` entry); a runner's module only where the base does not define it there."""
     if path.name == "__init__.py" and len(path.parts) >= 2:
         module, folder = path.parent.name, path.parent.parent
     elif path.suffix == ".py":
@@ -130,9 +148,34 @@ def _shadowed_module(path: PurePosixPath, tree: dict[str, Entry]) -> str | None:
     else:
         return None
     init = (folder / "__init__.py").as_posix() if folder.parts else "__init__.py"
-    if init in tree or module.lower() not in {m.lower() for m in SHADOWABLE}:
+    if init in tree and folder.as_posix().lstrip(".") not in ON_PATH:
         return None
-    return module
+    name = module.lower()
+    if name in {m.lower() for m in STDLIB}:
+        return module
+    if name not in {m.lower() for m in RUNNER_MODULES}:
+        return None
+    prefix = "" if not folder.parts else f"{folder.as_posix()}/"
+    defined = (f"{prefix}{module}.py", f"{prefix}{module}/__init__.py", f"{prefix}{module}")
+    return None if any(p in base for p in defined) else module
+
+
+def base_modules(repo: Path) -> list[str]:
+    """The top-level modules the repository defines in its folders on `sys.path` (`ON_PATH`): `NAME.py`
+    and folders holding Python files. Read from the pristine base: the grader's runner gives these
+    names to the repository, never to its own loaded copies (`grade_runner.evict_shadowed`)."""
+    found: set[str] = set()
+    for folder in (repo / part if part else repo for part in ON_PATH):
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for entry in folder.iterdir():
+            if entry.is_symlink() or entry.name.startswith("."):
+                continue
+            if entry.is_file() and entry.suffix == ".py" and entry.stem.isidentifier():
+                found.add(entry.stem)
+            elif entry.is_dir() and entry.name.isidentifier() and any(entry.glob("*.py")):
+                found.add(entry.name)
+    return sorted(found)
 
 
 def judge_tree(base: Path, new: Path, hidden: set[str] | None = None) -> Judged:
@@ -153,7 +196,7 @@ def judge_tree(base: Path, new: Path, hidden: set[str] | None = None) -> Judged:
         if _kind(before) != "file" and _kind(after) != "file":
             continue  # a folder came or went: its files are judged one by one
         content = after.content if after is not None and after.kind == "file" else None
-        reason = why_dropped(path, content, now, hidden)
+        reason = why_dropped(path, content, now, hidden, old)
         if reason is not None:
             dropped[path] = reason
         else:

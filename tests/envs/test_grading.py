@@ -426,3 +426,38 @@ def test_a_reused_option_parser_is_built_again_once_an_option_is_added(
     result = sandbox.run(["python3", "-c", REUSED_PARSER])
     assert result.exit_code == 0, result.output
     assert result.output.split() == ["False", "sweet"], result.output
+
+
+OWN_PACKAGE_TEST = """\
+import {name}
+
+
+def test_the_repositorys_own():
+    assert {name}.ORIGIN == "the repository's fixed copy"
+"""
+
+
+@pytest.mark.parametrize("name", ["attr", "attrs", "iniconfig", "packaging", "pluggy"])
+def test_a_package_pytest_depends_on_is_graded_from_the_repository(
+    backend: str, tmp_path: Path, name: str
+) -> None:
+    """Issue 36, item 2: pytest loads its own attrs, iniconfig, packaging and pluggy before any test; a
+    task on one of them grades the repository's copy (the fix scores 1, the base 0), not the grader's."""
+    repo = tmp_path / "repo"
+    (repo / name).mkdir(parents=True)
+    (repo / name / "__init__.py").write_text('ORIGIN = "the repository\'s broken copy"\n')
+    hidden = HiddenTests(
+        files={"tests/test_own.py": OWN_PACKAGE_TEST.format(name=name)},
+        fail_to_pass=["tests/test_own.py::test_the_repositorys_own"],
+    )
+    task = Task(id=f"own-{name}", title=name, repo=repo, problem_statement="broken", hidden_tests=hidden)
+    fix = (
+        f"diff --git a/{name}/__init__.py b/{name}/__init__.py\n--- a/{name}/__init__.py\n"
+        f'+++ b/{name}/__init__.py\n@@ -1 +1 @@\n-ORIGIN = "the repository\'s broken copy"\n'
+        f'+ORIGIN = "the repository\'s fixed copy"\n'
+    )
+    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    graded = grade_patch(task, fix, config)
+    assert graded.dropped_why == {} and graded.tampering == [], (graded.dropped_why, graded.tampering)
+    assert graded.collect_errors == {} and graded.correct == 1.0, graded.fail_to_pass
+    assert grade_patch(task, "", config).correct == 0.0

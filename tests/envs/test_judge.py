@@ -196,3 +196,32 @@ def test_a_start_up_hook_is_dropped_in_any_form_and_place(task: Task, tmp_path: 
     assert apply_patch(task.repo, patch, scratch) is None
     judged = judge_tree(task.repo, scratch, set(task.hidden_tests.files))
     assert judged.dropped == {path: "an interpreter start-up hook"} and judged.kept == {}
+
+
+def judged_changes(tmp_path: Path, base: dict[str, str], new: dict[str, str]) -> dict[str, str]:
+    """What the judge drops when `new` files are written over a base of `base` files: path -> why."""
+    trees = {}
+    for name, files in (("base", base), ("new", {**base, **new})):
+        root = tmp_path / name
+        for path, text in files.items():
+            (root / path).parent.mkdir(parents=True, exist_ok=True)
+            (root / path).write_text(text)
+        trees[name] = root
+    return judge_tree(trees["base"], trees["new"]).dropped
+
+
+@pytest.mark.parametrize("name", ["pluggy", "iniconfig", "packaging", "attr", "attrs"])
+def test_a_runners_package_the_base_defines_is_the_repositorys_to_fix(tmp_path: Path, name: str) -> None:
+    """Issue 36, item 2: a task on a package pytest depends on edits that package (kept), while a new
+    module of that name in another repository, at the root or in `src/` (on `sys.path` even with an
+    `__init__.py`), is still dropped; a standard library name is dropped even where the base has it."""
+    base = {f"{name}/__init__.py": "X = 1\n", "other/__init__.py": ""}
+    assert judged_changes(tmp_path / "own", base, {f"{name}/__init__.py": "X = 2\n"}) == {}
+    shadow = {f"{name}.py": "X = 2\n", "src/__init__.py": "", f"src/{name}.py": "X = 2\n"}
+    dropped = judged_changes(tmp_path / "new", {"other/__init__.py": ""}, shadow)
+    assert dropped == {
+        f"{name}.py": f"a module that shadows {name!r}",
+        f"src/{name}.py": f"a module that shadows {name!r}",
+    }
+    stdlib = judged_changes(tmp_path / "stdlib", {"json.py": "X = 1\n"}, {"json.py": "X = 2\n"})
+    assert stdlib == {"json.py": "a module that shadows 'json'"}
