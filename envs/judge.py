@@ -47,9 +47,12 @@ METADATA_DIRS = (".dist-info", ".egg-info")
 ARTEFACTS = (".pyc", ".pyo", ".so", ".pyd", ".dll", ".dylib", ".egg", ".whl", ".zip")
 RUNNER_MODULES = frozenset(
     {"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging", "hypothesis", "attr", "attrs",
-     "exceptiongroup", "tomli"}
+     "exceptiongroup", "tomli", "pygments", "colorama", "typing_extensions", "zipp", "importlib_metadata"}
 )  # fmt: skip
-"""The test runner and the packages it depends on (pytest 7.2's, on every Python it supports)."""
+"""The test runner and the packages it imports, at once or when it may (pytest 7.2's, on every Python
+it supports; pygments and colorama for coloured reports)."""
+STDLIB_PREFIXES = ("_sysconfigdata",)
+"""Modules the standard library imports by a name made at run time (`sysconfig`'s platform data)."""
 STDLIB = frozenset(sys.stdlib_module_names)
 SHADOWABLE = STDLIB | RUNNER_MODULES
 """Module names a repository must not newly define where they would come first on `sys.path` (one of
@@ -151,30 +154,36 @@ def _shadowed_module(path: PurePosixPath, tree: dict[str, Entry], base: dict[str
     if init in tree and folder.as_posix().lstrip(".") not in ON_PATH:
         return None
     name = module.lower()
-    if name in {m.lower() for m in STDLIB}:
+    if name in {m.lower() for m in STDLIB} or name.startswith(STDLIB_PREFIXES):
         return module
     if name not in {m.lower() for m in RUNNER_MODULES}:
         return None
-    prefix = "" if not folder.parts else f"{folder.as_posix()}/"
-    defined = (f"{prefix}{module}.py", f"{prefix}{module}/__init__.py", f"{prefix}{module}")
-    return None if any(p in base for p in defined) else module
+    defined = module_files(folder.as_posix().lstrip("."), module)
+    return None if any(_kind(base.get(p)) == "file" for p in defined) else module
+
+
+def module_files(folder: str, module: str) -> tuple[str, str]:
+    """The two files that define `module` in `folder` (relative, '' the root): `NAME.py` and
+    `NAME/__init__.py`. The one rule of what a base defines, for the judge and for `base_modules`: a
+    folder of that name without `__init__.py` defines nothing that could stand in for a loaded package."""
+    prefix = f"{folder}/" if folder else ""
+    return f"{prefix}{module}.py", f"{prefix}{module}/__init__.py"
 
 
 def base_modules(repo: Path) -> list[str]:
-    """The top-level modules the repository defines in its folders on `sys.path` (`ON_PATH`): `NAME.py`
-    and folders holding Python files. Read from the pristine base: the grader's runner gives these
-    names to the repository, never to its own loaded copies (`grade_runner.evict_shadowed`)."""
+    """The top-level modules the repository defines in its folders on `sys.path` (`ON_PATH`), by
+    `module_files`. Read from the pristine base: the grader's runner gives these names to the
+    repository, never to its own loaded copies (`grade_runner.evict_shadowed`)."""
     found: set[str] = set()
-    for folder in (repo / part if part else repo for part in ON_PATH):
+    for part in ON_PATH:
+        folder = repo / part if part else repo
         if not folder.is_dir() or folder.is_symlink():
             continue
         for entry in folder.iterdir():
-            if entry.is_symlink() or entry.name.startswith("."):
-                continue
-            if entry.is_file() and entry.suffix == ".py" and entry.stem.isidentifier():
-                found.add(entry.stem)
-            elif entry.is_dir() and entry.name.isidentifier() and any(entry.glob("*.py")):
-                found.add(entry.name)
+            name = entry.stem if entry.suffix == ".py" else entry.name
+            files = [repo / f for f in module_files(part, name)]
+            if name.isidentifier() and any(f.is_file() and not f.is_symlink() for f in files):
+                found.add(name)
     return sorted(found)
 
 

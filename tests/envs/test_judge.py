@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from envs.grading import grade_patch
-from envs.judge import apply_patch, judge_tree
+from envs.judge import apply_patch, base_modules, judge_tree
 from envs.sandbox import SandboxConfig
 from tasks.model import Task
 from tasks.patches import diff_trees
@@ -225,3 +225,23 @@ def test_a_runners_package_the_base_defines_is_the_repositorys_to_fix(tmp_path: 
     }
     stdlib = judged_changes(tmp_path / "stdlib", {"json.py": "X = 1\n"}, {"json.py": "X = 2\n"})
     assert stdlib == {"json.py": "a module that shadows 'json'"}
+
+
+def test_a_folder_named_like_a_runners_package_without_init_lets_no_new_package_through(
+    tmp_path: Path,
+) -> None:
+    """Red team of issue 36 item 2: a base with a `py/` folder of scripts (no `__init__.py`) or a
+    `packaging/` folder of data defines no package: a new `__init__.py` there is a new runner package
+    (dropped), and the grader's loaded `py` is not given up for it (`base_modules`)."""
+    base = {"py/gen.py": "X = 1\n", "packaging/debian.txt": "control\n", "lib/__init__.py": ""}
+    new = {"py/__init__.py": "X = 2\n", "packaging/__init__.py": "X = 2\n", "_sysconfigdata__linux.py": ""}
+    assert judged_changes(tmp_path, base, new) == {
+        "py/__init__.py": "a module that shadows 'py'",
+        "packaging/__init__.py": "a module that shadows 'packaging'",
+        "_sysconfigdata__linux.py": "a module that shadows '_sysconfigdata__linux'",
+    }
+    assert base_modules(tmp_path / "base") == ["lib"]
+    (tmp_path / "base" / "src" / "attr").mkdir(parents=True)
+    (tmp_path / "base" / "src" / "attr" / "__init__.py").write_text("")
+    (tmp_path / "base" / "tool.py").write_text("")
+    assert base_modules(tmp_path / "base") == ["attr", "lib", "tool"]
