@@ -62,6 +62,9 @@ class Validation(BaseModel):
     """Hidden assertions of the test files the task's ids name."""
     no_canary: str = ""
     """Why the task has no canary of a kind, for the reader of `tasks validate`."""
+    uncovered: list[str] = []
+    """Named tests (FAIL_TO_PASS and PASS_TO_PASS) that no canary changes: code under test that passes
+    only these, in its own process, goes unseen (docs/reliability.md 5h). Reported, not refused."""
 
     @property
     def ok(self) -> bool:
@@ -137,7 +140,18 @@ def validate_task(
         decided_in_parent=plan.decided,
         hidden_assertions=plan.assertions,
         no_canary=_why_no_canary(task, len(kept), tried, held, undecided),
+        uncovered=uncovered_tests(task, [*plan.canaries.values()]),
     )
+
+
+def uncovered_tests(task: Task, canaries: list[Canary]) -> list[str]:
+    """The task's named tests that no canary (text or held) changes; a parametrized case counts as its
+    function. A verifier-judged task names no pytest ids: none."""
+    if task.hidden_tests.verifier is not None:
+        return []
+    covered = {f"{c.file}::{test}" for c in canaries for test in c.tests}
+    named = [*task.hidden_tests.fail_to_pass, *task.hidden_tests.pass_to_pass]
+    return [t for t in named if t.split("[", 1)[0] not in covered]
 
 
 def _with_computed(task: Task, sandbox_config: SandboxConfig) -> tuple[Task, list[str]]:

@@ -13,7 +13,8 @@ import envs.validation as validation_module
 from envs.grading import Grade, grade_patch
 from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
-from envs.validation import TRIAL_ATTEMPTS, validate_task
+from envs.validation import TRIAL_ATTEMPTS, uncovered_tests, validate_task
+from tasks.canaries import Canary
 from tasks.computed import COMPUTED_FILE
 from tasks.model import Task
 from tasks.suite import load_suite, suite_path
@@ -113,3 +114,17 @@ def test_canaries_survive_a_failing_first_trial_and_zero_says_why(
     assert (
         f"decided nothing in {TRIAL_ATTEMPTS} tries (infra error: sandbox timed out)" in validation.no_canary
     )
+
+
+def test_validation_names_the_tests_no_canary_covers(tmp_path: Path) -> None:
+    """Red team of issue 36 (docs/reliability.md 5h): a forger that passes only the tests no canary
+    changes goes unseen; validation names them (a parametrized case counts as its function)."""
+    task = load_suite(str(copied_suite(tmp_path, "schedule-005-every-weekday")))[0]
+    named = [*task.hidden_tests.fail_to_pass, *task.hidden_tests.pass_to_pass]
+    assert uncovered_tests(task, []) == named
+    first = named[0]
+    file, test = first.split("::", 1)
+    canary = Canary(file=file, test=test.split("[", 1)[0], mutation="line 1: 1 became 2", source="")
+    assert uncovered_tests(task, [canary]) == [
+        t for t in named if t.split("[", 1)[0] != first.split("[", 1)[0]
+    ]
