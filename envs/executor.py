@@ -34,7 +34,6 @@ import stat
 import sys
 import tarfile
 import time
-from collections.abc import Callable
 
 CHUNK = 65536
 PROC_POLL_S = 0.02
@@ -270,7 +269,7 @@ class Executor:
         self.pristine = pristine
         self.shell = shell
         self.env = env
-        self.marks: dict[str, Mark] | None = None
+        self.marks: Marks | None = None
         """Each entry of the workdir as the last populate left it equal to the pristine copy."""
 
     # ---- exec ---------------------------------------------------------------------------------
@@ -364,18 +363,21 @@ class Executor:
         changed since (`restore_changed`), so that a reset costs a walk of the tree, not a copy of it."""
         pristine = self.pristine if self.pristine and os.path.isdir(self.pristine) else None
         marks, self.marks = self.marks, None
+        newest = 0
         if marks is not None and pristine is not None:
             try:
-                self.marks = restore_changed(self.workdir, pristine, marks)
+                newest = restore_changed(self.workdir, pristine, marks)
+                self.marks = marks
             except OSError:  # the workdir itself made unreadable, a name too long: copy it whole
                 self.marks = None
         if self.marks is None:
             clear_dir(self.workdir)
             if pristine:
                 copy_tree(pristine, self.workdir)
-            self.marks = walk_marks(self.workdir) if pristine else None
-        if self.marks:
-            settle(self.workdir, max(m[1] for m in self.marks.values()))
+                self.marks = {}
+                newest = walk_marks(self.workdir, "", self.marks)
+        if newest:  # 0 when nothing was restored: every mark is then older than the last settle
+            settle(self.workdir, newest)
 
     def reset(self, req: dict) -> dict:
         clean = kill_all(float(req.get("grace", 0.5)))
@@ -446,85 +448,106 @@ Mark = tuple[int, int, bool]
 """An entry's inode, change time (ns) and whether it is a folder. A process without privileges cannot set
 a change time: any write, chmod, rename, link or time change of the entry gives it a new one."""
 
+Marks = dict[str, dict[str, Mark]]
+"""The marks of a tree, by folder (relative to the tree's root, "" for the root) and then by name: a reset
+looks each entry up by its name and rewrites only the folders it repaired."""
+
 
 def _mark(st: os.stat_result) -> Mark:
     return (st.st_ino, st.st_ctime_ns, stat.S_ISDIR(st.st_mode))
 
 
-def _walk(root: str, visit: Callable[[str, os.DirEntry, Mark], bool]) -> None:
-    """Calls `visit(path relative to root, entry, mark)` for each entry, walking into the folders for
-    which it returns True."""
+def walk_marks(root: str, rel: str, marks: Marks) -> int:
+    """Adds the mark of every entry under `root`/`rel` to `marks`; returns the newest change time among
+    them (0 when there are none)."""
+    newest = 0
+    stack = [rel]
+    while stack:
+        folder = stack.pop()
+        names: dict[str, Mark] = {}
+        with os.scandir(os.path.join(root, folder)) as entries:
+            for entry in entries:
+                names[entry.name] = mark = _mark(entry.stat(follow_symlinks=False))
+                newest = max(newest, mark[1])
+                if mark[2]:
+                    stack.append(f"{folder}/{entry.name}" if folder else entry.name)
+        marks[folder] = names
+    return newest
+
+
+def _scan(folder: str, known: dict[str, Mark]) -> tuple[list[str], list[str], list[str], list[str]]:
+    """One folder's entries against their marks: (names to remove: new or changed; names gone; folders to
+    walk into; those of them that changed, opened up (u+rwx) to be walked and repaired). Each entry is
+    read once, by an lstat relative to the folder's descriptor."""
+    stale: list[str] = []
+    walk: list[str] = []
+    opened: list[str] = []
+    seen = 0
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with os.scandir(fd) as entries:
+            for entry in entries:
+                st = entry.stat(follow_symlinks=False)
+                mark = known.get(entry.name)
+                if mark is None:
+                    stale.append(entry.name)
+                    continue
+                seen += 1
+                if mark[1] == st.st_ctime_ns and mark[0] == st.st_ino:
+                    if mark[2]:
+                        walk.append(entry.name)
+                elif mark[2] and stat.S_ISDIR(st.st_mode):  # the same folder, changed: its mode, or entries
+                    os.chmod(entry.name, 0o700, dir_fd=fd)
+                    walk.append(entry.name)
+                    opened.append(entry.name)
+                else:
+                    stale.append(entry.name)
+        if seen == len(known):  # every marked name is still there: nothing is gone
+            return stale, [], walk, opened
+        present = set(os.listdir(fd))
+    finally:
+        os.close(fd)
+    return stale, [name for name in known if name not in present], walk, opened
+
+
+def restore_changed(root: str, pristine: str, marks: Marks) -> int:
+    """Puts back, from `pristine`, what changed under `root` since `marks` were taken (each change gives a
+    new change time) and removes what is new, in one walk of the tree; updates `marks` to the result and
+    returns the newest change time it gave (0 when nothing had changed)."""
+    newest = 0
+    opened: list[str] = []
     stack = [""]
     while stack:
         rel = stack.pop()
-        with os.scandir(os.path.join(root, rel)) as entries:
-            for entry in entries:
-                path = f"{rel}/{entry.name}" if rel else entry.name
-                if visit(path, entry, _mark(entry.stat(follow_symlinks=False))):
-                    stack.append(path)
-
-
-def walk_marks(root: str) -> dict[str, Mark]:
-    """The mark of every entry under `root`, by path relative to it."""
-    marks: dict[str, Mark] = {}
-
-    def visit(path: str, entry: os.DirEntry, mark: Mark) -> bool:
-        marks[path] = mark
-        return mark[2]
-
-    _walk(root, visit)
-    return marks
-
-
-def _changes(root: str, marks: dict[str, Mark]) -> tuple[list[str], list[str], set[str]]:
-    """(entries that are new, entries that changed, folders that changed) since `marks`, walking only
-    into folders the marks know. A changed folder is opened up (u+rwx) to be walked and repaired."""
-    new: list[str] = []
-    changed: list[str] = []
-    folders: set[str] = set()
-
-    def visit(path: str, entry: os.DirEntry, now: Mark) -> bool:
-        known = marks.get(path)
-        if known is None:
-            new.append(path)
-        elif now == known:
-            return now[2]
-        elif now[2] and known[2]:  # the same folder, changed: its mode, or what it holds
-            folders.add(path)
-            os.chmod(entry.path, 0o700)
-            return True
-        else:
-            changed.append(path)
-        return False
-
-    _walk(root, visit)
-    return new, changed, folders
-
-
-def restore_changed(root: str, pristine: str, marks: dict[str, Mark]) -> dict[str, Mark]:
-    """Puts back, from `pristine`, what changed under `root` since `marks` were taken (each change gives a
-    new change time), removes what is new, and returns the marks of the result."""
-    new, changed, folders = _changes(root, marks)
-    for path in new + changed:
-        _remove(os.path.join(root, path))
-    present = set(marks) - set(changed)
-    gone = sorted(p for p in marks if p in changed or not os.path.lexists(os.path.join(root, p)))
-    copied: list[str] = []
-    for path in gone:  # parents sort before what they hold: a folder copied whole takes its entries along
-        if copied and path.startswith(copied[-1] + "/"):
-            continue
-        copy_entry(os.path.join(pristine, path), os.path.join(root, path))
-        copied.append(path)
-        present.discard(path)
-    for path in sorted(folders, reverse=True):
+        known = marks[rel]
+        stale, gone, walk, changed = _scan(os.path.join(root, rel), known)
+        for name in stale:
+            _remove(os.path.join(root, rel, name))
+        for name in [*(n for n in stale if n in known), *gone]:
+            newest = max(newest, _restore(root, pristine, f"{rel}/{name}" if rel else name, marks))
+        stack.extend(f"{rel}/{name}" if rel else name for name in walk)
+        opened.extend(f"{rel}/{name}" if rel else name for name in changed)
+    for path in reversed(opened):  # a folder after what it holds: its own mode may be read-only
         shutil.copystat(os.path.join(pristine, path), os.path.join(root, path), follow_symlinks=False)
-    result = {p: marks[p] for p in present if p not in folders}
-    for path in copied:
-        result.update({path: _mark(os.lstat(os.path.join(root, path)))})
-        if result[path][2]:
-            result.update({f"{path}/{k}": v for k, v in walk_marks(os.path.join(root, path)).items()})
-    result.update({p: _mark(os.lstat(os.path.join(root, p))) for p in folders})
-    return result
+        parent, _, name = path.rpartition("/")
+        marks[parent][name] = mark = _mark(os.lstat(os.path.join(root, path)))
+        newest = max(newest, mark[1])
+    return newest
+
+
+def _restore(root: str, pristine: str, path: str, marks: Marks) -> int:
+    """Copies `path` back from `pristine` (a folder whole) and marks what it copied; returns the newest
+    change time among those marks."""
+    parent, _, name = path.rpartition("/")
+    if marks[parent][name][2]:  # the marks of what the folder held go, the copy's come
+        stack = [path]
+        while stack:
+            folder = stack.pop()
+            stack.extend(f"{folder}/{n}" for n, m in marks.pop(folder).items() if m[2])
+    target = os.path.join(root, path)
+    copy_entry(os.path.join(pristine, path), target)
+    marks[parent][name] = mark = _mark(os.lstat(target))
+    return max(mark[1], walk_marks(root, path, marks)) if mark[2] else mark[1]
 
 
 def _remove(path: str) -> None:
@@ -560,13 +583,63 @@ def copy_tree(src: str, dst: str) -> None:
 
 
 def copy_entry(src: str, dst: str) -> None:
-    """A folder (whole), a link (as a link) or a file, with its mode."""
-    if os.path.isdir(src) and not os.path.islink(src):
-        shutil.copytree(src, dst, symlinks=True, copy_function=shutil.copy)
-    elif os.path.islink(src):
-        os.symlink(os.readlink(src), dst)
+    """A folder (whole), a link (as a link) or a regular file, with its mode; a folder's and a link's
+    times too. Leaner than shutil's copies, a third of their time: a reset copies hundreds of files."""
+    if os.path.islink(src):
+        _copy_link(src, dst)
+    elif os.path.isdir(src):
+        _copy_folder(src, dst)
     else:
-        shutil.copy(src, dst)
+        _copy_file(src, dst)
+
+
+def _copy_folder(src: str, dst: str) -> None:
+    os.mkdir(dst, 0o700)
+    with os.scandir(src) as entries:
+        for entry in entries:
+            target = os.path.join(dst, entry.name)
+            if entry.is_symlink():
+                _copy_link(entry.path, target)
+            elif entry.is_dir(follow_symlinks=False):
+                _copy_folder(entry.path, target)
+            else:
+                _copy_file(entry.path, target)
+    shutil.copystat(src, dst, follow_symlinks=False)  # last: the folder's own mode may be read-only
+
+
+def _copy_link(src: str, dst: str) -> None:
+    os.symlink(os.readlink(src), dst)
+    shutil.copystat(src, dst, follow_symlinks=False)
+
+
+def _copy_file(src: str, dst: str) -> None:
+    """A regular file's bytes and mode; anything else is refused (opened without blocking: a FIFO)."""
+    fd_in = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd_in)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file or folder", src)
+        fd_out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            _copy_bytes(fd_in, fd_out)
+            os.fchmod(fd_out, stat.S_IMODE(st.st_mode))
+        finally:
+            os.close(fd_out)
+    finally:
+        os.close(fd_in)
+
+
+def _copy_bytes(fd_in: int, fd_out: int) -> None:
+    try:
+        while os.sendfile(fd_out, fd_in, None, 1 << 30):
+            pass
+        return
+    except OSError as e:  # a file system that cannot send its files: read and write them
+        if e.errno not in (errno.EINVAL, errno.ENOSYS) or os.lseek(fd_in, 0, os.SEEK_CUR):
+            raise
+    while data := os.read(fd_in, CHUNK):
+        while data:
+            data = data[os.write(fd_out, data) :]
 
 
 def serve(sock: socket.socket, executor: Executor) -> None:

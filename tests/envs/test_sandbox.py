@@ -217,6 +217,53 @@ def test_a_reset_undoes_every_kind_of_change_one_after_another(sandbox: Executor
         assert sandbox.run(SNAPSHOT).output == start, name
 
 
+def rich_repo(root: Path) -> Path:
+    """A start tree with nested folders, links, an executable, a read-only folder, and a file named so
+    that it sorts between a folder and that folder's entries (`lib`, `lib.txt`, `lib/a`)."""
+    (root / "lib" / "a" / "b").mkdir(parents=True)
+    (root / "lib" / "a" / "b" / "deep.py").write_text("X = 1\n")
+    (root / "lib" / "a" / "link").symlink_to("b/deep.py")
+    (root / "lib" / "dangling").symlink_to("missing")
+    (root / "lib.txt").write_text("beside lib/\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "tool.sh").write_text("#!/bin/sh\necho tool\n")
+    (root / "bin" / "tool.sh").chmod(0o755)
+    (root / "ro").mkdir()
+    (root / "ro" / "data.txt").write_text("data\n")
+    (root / "ro").chmod(0o555)
+    (root / "README.md").write_text("# rich\n")
+    return root
+
+
+RICH_CHANGES = {
+    "an edit deep in folders left alone": "echo '# x' >> lib/a/b/deep.py",
+    "a link retargeted": "ln -sfn /etc lib/a/link",
+    "a read-only folder's entries": "chmod 755 ro && echo x > ro/new && rm ro/data.txt && chmod 555 ro",
+    "an executable's mode": "chmod -x bin/tool.sh",
+    "a file turned into a link": "rm bin/tool.sh && ln -s ../lib bin/tool.sh",
+    "nested folders turned into a file": "rm -r lib && echo x > lib",
+    "the deep edit again": "echo '# y' >> lib/a/b/deep.py",
+    "a folder and the name sorting inside it": "rm -r lib lib.txt",
+}
+
+
+def test_a_reset_restores_links_modes_and_nested_folders_and_copies_nothing_else(
+    make_sandbox: MakeSandbox, tmp_path: Path
+) -> None:
+    """Each change is undone, and an entry no change touched keeps its inode: a reset copies back what
+    changed, never the whole tree (issue 36: one walk finds and repairs it all)."""
+    sandbox = make_sandbox(rich_repo(tmp_path / "rich"))
+    start = sandbox.run(SNAPSHOT).output
+    untouched = sandbox.run("stat -c %i README.md").output
+    for name, change in RICH_CHANGES.items():
+        changed = sandbox.run(change)
+        assert changed.exit_code == 0, (name, changed.output)
+        assert sandbox.run(SNAPSHOT).output != start, name
+        sandbox.reset()
+        assert sandbox.run(SNAPSHOT).output == start, name
+        assert sandbox.run("stat -c %i README.md").output == untouched, name
+
+
 def test_a_write_right_after_a_reset_is_undone_by_the_next(sandbox: ExecutorSandbox) -> None:
     """Change times tick coarsely (milliseconds): a write in the reset's own tick would keep its mark."""
     start = sandbox.run(SNAPSHOT).output
