@@ -75,6 +75,8 @@ class Run:
     tasks: int
     """Kept tasks that passed validation."""
     baseline_s: float
+    tracer: str | None
+    """What recorded the baseline's lines per test (sys.monitoring, ctracer, settrace)."""
     trials_s: float
     s_per_trial: float
     validation_s: float
@@ -99,6 +101,7 @@ def summary(requirement: str, backend: str, concurrency: int, report: SynthRepor
         kept=report.kept,
         tasks=len(report.tasks),
         baseline_s=round(report.baseline_s, 1),
+        tracer=report.tracer,
         trials_s=round(report.trials_s, 1),
         s_per_trial=round(report.trials_s / max(report.tried, 1), 2),
         validation_s=round(report.check_s, 1),
@@ -119,6 +122,7 @@ COLUMNS = {
     "kept": "kept",
     "tasks": "tasks",
     "baseline_s": "base s",
+    "tracer": "tracer",
     "trials_s": "trials s",
     "s_per_trial": "s/trial",
     "validation_s": "valid. s",
@@ -130,7 +134,9 @@ COLUMNS = {
 def show(runs: list[Run]) -> None:
     table = Table(title="task synthesis, seed 0, every task validated once")
     for key, label in COLUMNS.items():
-        table.add_column(label, justify="left" if key in ("library", "backend") else "right", no_wrap=True)
+        table.add_column(
+            label, justify="left" if key in ("library", "backend", "tracer") else "right", no_wrap=True
+        )
     for run in runs:
         table.add_row(*(str(asdict(run)[key]) for key in COLUMNS))
     console.print(table)

@@ -27,6 +27,9 @@ REQUIREMENTS = (
     "pytest==7.2.1", "pluggy==1.0.0", "iniconfig==1.1.1", "packaging==23.0", "attrs==22.2.0", "py==1.11.0",
 )  # fmt: skip
 """python3-pytest of Debian bookworm (the sandbox image's base) and the packages it brings."""
+TRACER = "coverage==7.18.0"
+"""coverage.py, for its C line tracer only: synthesis's traced baseline loads the extension module
+(`tracer_module`) from a folder of its own, so no grading run, and no repository's import, sees it."""
 MARKER = "harness-env.json"
 """Written last: a folder without it is a build that did not finish, and is made again."""
 
@@ -62,9 +65,11 @@ def is_built(folder: Path) -> bool:
 
 
 def build_env(folder: Path | None = None, quiet: bool = False) -> Path:
-    """Makes the environment (once: a built one is kept) and returns its folder. Needs the package index,
-    or pip's configured mirror; the lock of what it installed is in `harness-env.json`."""
+    """Makes the environment (once: a built one is kept) and the tracer beside it (`build_tracer`), and
+    returns its folder. Needs the package index, or pip's configured mirror; the lock of what it
+    installed is in `harness-env.json`."""
     folder = folder or default_env_dir()
+    build_tracer(quiet)
     with locked_beside(folder):
         if is_built(folder):
             return folder
@@ -81,6 +86,37 @@ def build_env(folder: Path | None = None, quiet: bool = False) -> Path:
         record = {"python": sys.base_prefix, "requirements": list(REQUIREMENTS), "installed": frozen.split()}
         (folder / MARKER).write_text(json.dumps(record, indent=1))
     return folder
+
+
+def tracer_dir() -> Path:
+    """Where `TRACER` is installed for this Python: the sandbox's Python is this one (bwrap) or of the same
+    minor version (the Docker image's); a module built for another does not load, and settrace is used."""
+    version = "".join(map(str, sys.version_info[:2]))
+    return harness_cache() / "tracers" / f"{TRACER.replace('==', '-')}-cp{version}"
+
+
+def tracer_module() -> Path | None:
+    """The C tracer's extension module, where `build_tracer` installed it."""
+    if not (tracer_dir() / MARKER).is_file():
+        return None
+    return next(iter(sorted((tracer_dir() / "coverage").glob("tracer.*.so"))), None)
+
+
+def build_tracer(quiet: bool = False) -> Path | None:
+    """Installs `TRACER` (a binary wheel, nothing built here) into `tracer_dir()` once, and returns its C
+    tracer; None, with a warning, where pip cannot: synthesis then traces with `sys.settrace`, slower."""
+    folder = tracer_dir()
+    with locked_beside(folder):
+        if tracer_module() is None:
+            shutil.rmtree(folder, ignore_errors=True)
+            pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps"]
+            pip += ["--only-binary=:all:", "--target", str(folder), *(["-q"] if quiet else []), TRACER]
+            if subprocess.run(pip, text=True).returncode == 0:
+                (folder / MARKER).write_text(json.dumps({"python": sys.base_prefix, "requirement": TRACER}))
+    module = tracer_module()
+    if module is None:
+        warnings.warn(f"pip could not install {TRACER}: synthesis traces with sys.settrace", stacklevel=2)
+    return module
 
 
 _warned: set[Path] = set()

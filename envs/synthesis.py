@@ -20,15 +20,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from envs.build_metadata import backend_environment
 from envs.factory import resolve_backend, start_sandbox
 from envs.grading import GRADER_INI
 from envs.grading import RUNNER as GRADE_RUNNER
+from envs.judge import base_modules
+from envs.python_env import tracer_module
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from envs.start_tree import run_commands
 from envs.task_env import build_environment, env_key
 from envs.validation import Validation, validate_task
-from tasks.environment import Environment, declared_environment
+from tasks.environment import Environment
 from tasks.suite import load_task
 from tasks.synth import (
     Check,
@@ -44,6 +47,8 @@ from tasks.synth import (
 RUNNER = Path(__file__).with_name("pytest_runner.py")
 READY = "harness-pytest-runner-ready"
 """Printed by the runner once pytest is imported, before any code of the repository runs."""
+TRACERS = ["sys.monitoring", "ctracer", "settrace"]
+"""How the traced run records lines: the first the sandbox's Python offers (`pytest_runner.pick_tracer`)."""
 REPORT_MAX_BYTES = 1 << 26
 """The traced run's report holds every line each test ran: megabytes for a suite of thousands of tests."""
 
@@ -55,12 +60,18 @@ class SandboxPytest:
     counts as crashed, and a fresh sandbox, at the repository's correct state, takes its place.
     """
 
-    def __init__(self, start: Callable[[], ExecutorSandbox], key: str = "") -> None:
+    def __init__(
+        self, start: Callable[[], ExecutorSandbox], key: str = "", modules: list[str] | None = None
+    ) -> None:
         self.start = start
         self.key = key
+        self.modules = modules or []
+        """The repository's top-level modules (`judge.base_modules`): its own, not pytest's copies."""
         self.dir = f"/tmp/synth-{secrets.token_hex(6)}"
         self.runs = 0
         self.replacements = 0
+        self.ctracer = tracer_module()
+        """coverage.py's C tracer where `harness env build` installed it, copied next to the runner."""
         self.sandbox = self._fresh()
 
     def _fresh(self) -> ExecutorSandbox:
@@ -68,6 +79,8 @@ class SandboxPytest:
         sandbox.write_file(f"{self.dir}/runner.py", RUNNER.read_bytes())
         sandbox.write_file(f"{self.dir}/grade_runner.py", GRADE_RUNNER.read_bytes())
         sandbox.write_file(f"{self.dir}/pytest.ini", GRADER_INI.encode())
+        if self.ctracer is not None:
+            sandbox.write_file(f"{self.dir}/{self.ctracer.name}", self.ctracer.read_bytes())
         return sandbox
 
     def write_file(self, path: str, text: str) -> None:
@@ -79,7 +92,8 @@ class SandboxPytest:
         self.runs += 1
         report = f"{self.dir}/report-{self.runs}.json"
         spec: dict[str, object] = {"report": report, "ini": f"{self.dir}/pytest.ini", "root": WORKDIR}
-        spec |= {"targets": targets, "test_timeout": test_timeout}
+        spec |= {"targets": targets, "test_timeout": test_timeout, "base_modules": self.modules}
+        spec |= {"tracers": TRACERS, "ctracer": f"{self.dir}/{self.ctracer.name}" if self.ctracer else None}
         self.sandbox.write_file(f"{self.dir}/spec.json", json.dumps({**spec, "trace": trace}).encode())
         result = self.sandbox.run(
             ["python3", "-I", "-B", f"{self.dir}/runner.py", f"{self.dir}/spec.json"],
@@ -131,25 +145,30 @@ def synthesize_suite(
     concurrency: int = 2,
     on_trial: Callable[[Trial], None] | None = None,
 ) -> SynthReport:
-    """Copies the repository into the suite, builds the environment it declares (its dependencies, a
-    src/ layout, a generated version file: `tasks/environment.py`), synthesizes tasks in `concurrency`
-    sandboxes side by side (the same tasks as in one), and validates each, `concurrency` at a time."""
+    """Copies the repository into the suite, builds the environment it declares (its dependencies as its
+    build backend reports them, `envs/build_metadata.py`; a src/ layout, a generated version file:
+    `tasks/environment.py`), synthesizes tasks in `concurrency` sandboxes side by side (the same tasks as
+    in one), and validates each, `concurrency` at a time; the report says how the environment was read."""
     name, repo = copy_repository(config)
     report = None
     try:
-        declared = declared_environment(repo)
+        declared, how = backend_environment(repo, sandbox_config)
         environment = declared if declared.needed() else None
         start, key = sandbox_starter(repo, sandbox_config, environment)
         runners: list[SandboxPytest] = []
         try:
             with ThreadPoolExecutor(max(1, concurrency)) as pool:
-                starting = [pool.submit(SandboxPytest, start, key) for _ in range(max(1, concurrency))]
+                modules = base_modules(repo)
+                starting = [
+                    pool.submit(SandboxPytest, start, key, modules) for _ in range(max(1, concurrency))
+                ]
                 failed = [e for e in (f.exception() for f in starting) if e is not None]
                 runners += [f.result() for f in starting if f.exception() is None]
             if failed:  # every sandbox started is closed below
                 raise failed[0]
             check = validator(sandbox_config, concurrency) if validate else None
             report = synthesize(config, repo, name, runners, check, on_trial, environment)
+            report.environment_read = how
         finally:
             for runner in runners:
                 runner.close()

@@ -243,6 +243,7 @@ def add_tasks_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.set_defaults(func=cmd_tasks_validate)
     add_import_commands(tasks_sub)
     add_synth_command(tasks_sub)
+    add_mine_command(tasks_sub)
 
 
 def add_grade_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -405,7 +406,12 @@ def add_import_commands(tasks_sub: argparse._SubParsersAction[argparse.ArgumentP
         action="store_true",
         help="neither read the environments the repositories declare nor build them",
     )
-    p.add_argument("--backend", default="auto", help="whose environments to build: docker, bwrap or auto")
+    p.add_argument(
+        "--backend",
+        default="auto",
+        help="where environments are read (each repository's build backend, in a sandbox) and built: docker, "
+        "bwrap or auto",
+    )
     p.add_argument(
         "--environments",
         type=Path,
@@ -422,13 +428,17 @@ def add_import_commands(tasks_sub: argparse._SubParsersAction[argparse.ArgumentP
 
 
 def cmd_tasks_import_swebench(args: argparse.Namespace) -> int:
+    from envs.build_metadata import environment_reader
     from tasks.swebench import InstanceEnvironment, import_swebench, load_environments
 
     defaults = InstanceEnvironment(
         image=args.image, setup_commands=args.setup_command, test_command=args.test_command
     )
     environments = load_environments(args.environments) if args.environments else {}
-    report = import_swebench(args.file, args.repos, args.out, defaults, environments, not args.no_env)
+    reader = None
+    if not args.no_env:  # the build backends run in sandboxes of this backend
+        reader = environment_reader(SandboxConfig.model_validate({"backend": resolve_backend(args.backend)}))
+    report = import_swebench(args.file, args.repos, args.out, defaults, environments, reader)
     status = print_import(report, args.json)
     if args.no_env or not report.imported:
         return status
@@ -456,6 +466,8 @@ def print_import(report: ImportReport, as_json: bool) -> int:
             print(f"skipped {skipped.source}{name}: {skipped.reason}")
         for warning in report.warnings:
             print(f"warning: {warning}")
+        for task_id, how in report.environments.items():
+            print(f"environment of {task_id}: {how}")
         print(f"{len(report.imported)} imported, {len(report.skipped)} skipped, into {report.suite}")
     return 0 if report.imported else 1
 
@@ -540,7 +552,72 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
     )
     for task_id, problems in report.rejected.items():
         print(f"removed {task_id}: {'; '.join(problems)}")
+    print(f"environment: {report.environment_read}")
     return 0 if report.tasks else 1
+
+
+def add_mine_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = tasks_sub.add_parser(
+        "mine", help="make tasks from a repository's history: commits whose new tests fail at their parent"
+    )
+    p.add_argument("--repo", type=Path, required=True, help="a git repository (work tree or bare)")
+    p.add_argument("--out", type=Path, required=True, help="the suite folder to write (made if missing)")
+    p.add_argument("--name", default=None, help="the repository's name in the suite (default: its folder's)")
+    p.add_argument("--rev", default="HEAD", help="whose first-parent history is scanned (default HEAD)")
+    p.add_argument("--max-commits", type=int, default=50, help="most commits scanned (default 50)")
+    p.add_argument("--since", default=None, help="only commits after this date (git's --since)")
+    p.add_argument("--until", default=None, help="only commits before this date (git's --until)")
+    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument("--run-timeout", type=float, default=300.0, metavar="S", help="one test run (default 300)")
+    p.add_argument("--test-timeout", type=float, default=60.0, metavar="S", help="one test (default 60)")
+    p.add_argument("--no-validate", action="store_true", help="keep tasks without validating them")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_tasks_mine)
+
+
+def cmd_tasks_mine(args: argparse.Namespace) -> int:
+    from envs.mining import Dropped, MineConfig, Mined, mine
+
+    config = MineConfig.model_validate(
+        {
+            "repo": args.repo,
+            "out": args.out,
+            "name": args.name,
+            "rev": args.rev,
+            "max_commits": args.max_commits,
+            "since": args.since,
+            "until": args.until,
+            "backend": args.backend,
+            "run_timeout_s": args.run_timeout,
+            "test_timeout_s": args.test_timeout,
+            "validate_tasks": not args.no_validate,
+        }
+    )
+
+    def show(result: Mined | Dropped) -> None:
+        if args.json:
+            return
+        if isinstance(result, Mined):
+            print(
+                f"{result.commit[:10]} kept {result.id}: {result.fail_to_pass} FAIL_TO_PASS", file=sys.stderr
+            )
+        else:
+            print(f"{result.commit[:10]} {result.reason}: {result.detail}", file=sys.stderr)
+
+    from envs.build_metadata import environment_reader
+
+    reader = environment_reader(SandboxConfig.model_validate({"backend": resolve_backend(config.backend)}))
+    report = mine(config, reader, on_commit=show)
+    if args.json:
+        print(json.dumps({**report.model_dump(mode="json"), "by_reason": report.by_reason()}, indent=1))
+        return 0 if report.kept else 1
+    reasons = ", ".join(f"{n} {reason}" for reason, n in report.by_reason().items()) or "none"
+    print(
+        f"{report.scanned} commits scanned, {len(report.kept)} tasks kept in {report.suite} "
+        f"({len(report.environments)} environments) in {report.duration_s:.0f} s on {report.backend}; "
+        f"dropped: {reasons}"
+    )
+    return 0 if report.kept else 1
 
 
 def select_tasks(suite: str, ids: str | None) -> list[Task]:
@@ -602,6 +679,11 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
                     f"{r.task_id}: {r.canaries} canaries (of {r.canaries_tried} tried) fail on the gold patch"
                     f" at their own assertion, {r.held_canaries} held; {share}"
                     + (f" ({r.no_canary})" if r.no_canary else "")
+                    + (
+                        f"; no canary covers {len(r.uncovered)} named tests: {', '.join(r.uncovered)}"
+                        if r.uncovered
+                        else ""
+                    )
                 )
         print(f"{len(results) - len(failed)}/{len(results)} tasks valid on {config.backend}")
         if failed:

@@ -7,6 +7,10 @@ tests_require, extras_require) and requirements files (requirements.txt and the 
 their `-r` includes). `harness env build` installs the result outside /repo (`envs/python_env.py`); the
 agent never installs anything.
 
+That static parse is the fallback. Real tasks read their dependencies the way pip does: the project's
+own build backend, asked in a sandbox (`envs/build_metadata.py`), reports them, and `metadata_environment`
+takes them with the test extras chosen as here; a setup.py that builds its lists in code is read right.
+
 pytest itself is the sandbox's (one pytest for every task and both backends): a repository's own pytest
 requirement is left out, and so is pytest-cov (`LEFT_OUT`); its other pytest plugins are not.
 """
@@ -17,7 +21,9 @@ import ast
 import configparser
 import re
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,6 +40,8 @@ LEFT_OUT = {"pytest", "pytest-cov"}
 """Requirement names never installed into a task's environment: the sandbox's own pytest is used, and
 coverage's plugin measures, never decides an outcome, while its releases follow pytest's (the newest, on
 the sandbox's pytest 7.2, failed every grading run at import: humanize 4.9's test extra)."""
+UNNAMED = "UNKNOWN"
+"""The name setuptools writes into the metadata of a project that gives none."""
 NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
@@ -76,6 +84,39 @@ class Environment(BaseModel):
         return [f"test -e {self.version_file} || printf '%s' '{quoted}' > {self.version_file}"]
 
 
+class BackendMetadata(BaseModel):
+    """What a repository's build backend says of its project (`envs/metadata_probe.py`), markers evaluated
+    by the sandbox's Python."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = None
+    """The distribution's name (METADATA's `Name`)."""
+    version: str | None = None
+    """Its version (METADATA's `Version`)."""
+    requires: list[str] = Field(default_factory=list)
+    """The requirements of the project itself (no extra)."""
+    extras: dict[str, list[str]] = Field(default_factory=dict)
+    """Extra (normalized name) -> its requirements."""
+
+
+class Declared(NamedTuple):
+    """A repository's environment and how it was read."""
+
+    environment: Environment
+    how: str
+    """"build backend NAME", or "static parse" (with the reason where the backend could not be asked)."""
+
+
+EnvironmentReader = Callable[[Path], Declared]
+"""Reads a repository's environment: `static_environment` here, or its build backend's answer
+(`envs/build_metadata.py`), which tasks/ takes as a callable so as not to import envs/."""
+
+
+def static_environment(repo: Path) -> Declared:
+    return Declared(declared_environment(repo), "static parse")
+
+
 def declared_environment(repo: Path) -> Environment:
     """The environment `repo` declares (empty where it declares nothing)."""
     project, requirements, version_file = _pyproject(repo / "pyproject.toml")
@@ -83,10 +124,27 @@ def declared_environment(repo: Path) -> Environment:
     project = project or name
     requirements += more
     name, more = _setup_py(repo / "setup.py")
-    project = project or name
-    requirements += more
+    return _environment(repo, project or name, requirements + more, version_file)
+
+
+def metadata_environment(repo: Path, metadata: BackendMetadata) -> Environment:
+    """The environment of `repo` whose project and dependencies (its own and its test extras, chosen as
+    `declared_environment` chooses them) its build backend gave; the rest is read as there: PEP 735
+    dependency groups, requirements files, a src/ layout, the version file."""
+    project, _, version_file = _pyproject(repo / "pyproject.toml")
+    groups = _groups(_toml(repo / "pyproject.toml"))
+    requirements = [*metadata.requires, *_extras(metadata.extras), *groups]
+    name = metadata.name if metadata.name != UNNAMED else None
+    environment = _environment(repo, project or name, requirements, version_file)
+    return environment.model_copy(update={"version": metadata.version or environment.version})
+
+
+def _environment(
+    repo: Path, project: str | None, requirements: list[str], version_file: str | None
+) -> Environment:
+    """The requirements (and those of the requirements files) less the project itself and `LEFT_OUT`."""
     for file in REQUIREMENT_FILES:
-        requirements += _requirements_file(repo, repo / file, set())
+        requirements = requirements + _requirements_file(repo, repo / file, set())
     own = _normal(project) if project else None
     kept = [r for r in dict.fromkeys(requirements) if _name(r) not in {own, *LEFT_OUT}]
     return Environment(
@@ -97,21 +155,22 @@ def declared_environment(repo: Path) -> Environment:
     )
 
 
-def _pyproject(path: Path) -> tuple[str | None, list[str], str | None]:
-    """(name, requirements, version file) of a pyproject.toml."""
+def _toml(path: Path) -> dict[str, Any]:
     if not path.is_file():
-        return None, [], None
+        return {}
     try:
-        data = tomllib.loads(path.read_text(errors="replace"))
+        return tomllib.loads(path.read_text(errors="replace"))
     except tomllib.TOMLDecodeError as e:
         raise ValueError(f"{path.name}: not valid TOML: {e}") from e
+
+
+def _pyproject(path: Path) -> tuple[str | None, list[str], str | None]:
+    """(name, requirements, version file) of a pyproject.toml."""
+    data = _toml(path)
     project = data.get("project", {})
     requirements = _strings(project.get("dependencies"))
     requirements += _extras(project.get("optional-dependencies"))
-    groups = data.get("dependency-groups", {})
-    requirements += _extras(
-        {k: [e for e in v if isinstance(e, str)] for k, v in groups.items() if isinstance(v, list)}
-    )
+    requirements += _groups(data)
     tool = data.get("tool", {})
     scm = tool.get("setuptools_scm", {})
     vcs = tool.get("hatch", {}).get("build", {}).get("hooks", {}).get("vcs", {})
@@ -121,6 +180,14 @@ def _pyproject(path: Path) -> tuple[str | None, list[str], str | None]:
         (name if isinstance(name, str) else None),
         requirements,
         (str(version_file) if version_file else None),
+    )
+
+
+def _groups(data: dict[str, Any]) -> list[str]:
+    """The requirements of the test dependency groups (PEP 735), or of the dev ones."""
+    groups = data.get("dependency-groups", {})
+    return _extras(
+        {k: [e for e in v if isinstance(e, str)] for k, v in groups.items() if isinstance(v, list)}
     )
 
 

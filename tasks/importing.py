@@ -35,6 +35,9 @@ class ImportReport(BaseModel):
     imported: list[str] = Field(default_factory=list)
     skipped: list[Skipped] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    environments: dict[str, str] = Field(default_factory=dict)
+    """Task id -> how its repository's environment was read: its build backend, or the static parse
+    (and why the backend could not be asked)."""
 
 
 def relative_path(path: str) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from tasks.environment import declared_environment
+from tasks.environment import EnvironmentReader, static_environment
 from tasks.importing import ImportProblem, ImportReport, Skipped, relative_path, write_task_folder
 from tasks.model import TASK_ID
 from tasks.patches import filter_patch, git, split_patch
@@ -98,11 +98,12 @@ def import_swebench(
     out: Path,
     defaults: InstanceEnvironment | None = None,
     environments: dict[str, InstanceEnvironment] | None = None,
-    declared: bool = True,
+    reader: EnvironmentReader | None = static_environment,
 ) -> ImportReport:
-    """Imports every instance of `file` into the suite `out`; the report names each one left out. With
-    `declared`, a task whose repository declares requirements, a src/ layout or a generated version file
-    gets that environment (`tasks/environment.py`), for `harness env build --suite` to build."""
+    """Imports every instance of `file` into the suite `out`; the report names each one left out. With a
+    `reader` (the build backend's, `envs/build_metadata.py`, or the static parse of `tasks/environment.py`),
+    a task whose repository declares requirements, a src/ layout or a generated version file gets that
+    environment, for `harness env build --suite` to build; the report says how each was read."""
     if not repos.is_dir():
         raise TaskError(f"--repos {repos}: not a folder")
     try:
@@ -127,11 +128,13 @@ def import_swebench(
             if instance.instance_id in report.imported:
                 raise ImportProblem("instance_id: the same as an earlier line's")
             env = environments.get(instance.instance_id, InstanceEnvironment()).over(defaults)
-            warnings = import_instance(instance, repos, out, env, declared)
+            warnings, how = import_instance(instance, repos, out, env, reader)
         except ImportProblem as e:
             report.skipped.append(Skipped(source=f"{file}:{number}", task_id=task_id, reason=str(e)))
             continue
         report.imported.append(instance.instance_id)
+        if how is not None:
+            report.environments[instance.instance_id] = how
         report.warnings += [f"{instance.instance_id}: {w}" for w in warnings]
     return report
 
@@ -159,9 +162,14 @@ def parse_instance(line: str) -> SweBenchInstance:
 
 
 def import_instance(
-    instance: SweBenchInstance, repos: Path, out: Path, env: InstanceEnvironment, declared: bool = True
-) -> list[str]:
-    """Writes one task folder; returns warnings about it. Raises ImportProblem when it cannot be used."""
+    instance: SweBenchInstance,
+    repos: Path,
+    out: Path,
+    env: InstanceEnvironment,
+    reader: EnvironmentReader | None = static_environment,
+) -> tuple[list[str], str | None]:
+    """Writes one task folder; returns warnings about it and how its environment was read (None: not
+    read). Raises ImportProblem when it cannot be used."""
     slug = instance.repo.replace("/", "__")
     mirror = ensure_mirror(find_clone(repos, instance.repo), out / "repos" / slug)
     base = resolve_commit(mirror, instance.base_commit)
@@ -175,7 +183,7 @@ def import_instance(
         except (TaskError, RuntimeError) as e:  # git failed on this repository or commit
             raise ImportProblem(str(e)) from e
         try:
-            environment = declared_environment(tree) if declared else None
+            environment, how = reader(tree) if reader is not None else (None, None)
         except ValueError as e:  # a pyproject.toml that is not TOML
             raise ImportProblem(f"the repository's declarations: {e}") from e
         unknown = [
@@ -209,7 +217,7 @@ def import_instance(
     files: dict[str, str | bytes] = {f"hidden/{path}": text for path, text in hidden.items()}
     files["gold.patch"] = instance.patch
     write_task_folder(out, instance.instance_id, spec, files)
-    return warnings
+    return warnings, how
 
 
 def _image(template: str | None, instance: SweBenchInstance, slug: str) -> str | None:

@@ -2,7 +2,8 @@
 
 1. The repository is copied (without .git and caches) to SUITE/repos/NAME: the correct state.
 2. Its tests run twice; the ones that pass both times are the suite. The first run records, per test,
-   the lines of the repository's own code it ran (`sys.settrace` in the sandbox).
+   the lines of the repository's own code it ran (`sys.monitoring`, coverage.py's C tracer or
+   `sys.settrace` in the sandbox: `envs/pytest_runner.py`).
 3. Every mutation of `tasks.mutations` on a covered line is a candidate. Candidates are shuffled
    (seeded), taken round-robin over the operators, and those giving an identical file are tried once.
 4. A candidate is written into the sandbox and the test files that cover its line run. It is kept
@@ -10,8 +11,9 @@
    fails again on its own, and passes on its own once the original is back (the inverse patch).
    A second candidate in the same function that fails the same tests is a duplicate.
 5. A kept candidate becomes a task: its `bug` edit, FAIL_TO_PASS (the tests it fails), PASS_TO_PASS
-   (the tests of those files that still pass), and a problem statement made of the failing tests'
-   names and assertion messages, which never quotes the mutated code.
+   (the tests of those files that still pass), and a problem statement of what a user would see go
+   wrong: the repository's functions the failing tests call, and the failures' messages (values given
+   beside the intended ones, exceptions raised); it never names a test nor quotes the mutated code.
 
 The sandbox is behind `PytestRunner`, so this module needs no sandbox code (`envs.synthesis` runs it).
 With several runners (each a sandbox of its own), the traced run is split over them by test file, and
@@ -22,6 +24,7 @@ is stopped on its own (a mutation that loops forever), and its trial counts as a
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import math
@@ -54,7 +57,7 @@ from tasks.suite import BugEdit, TaskError, TaskFile, cache_root
 Verdict = Literal["kept", "survived", "timeout", "crashed", "broke_collection", "duplicate", "unconfirmed"]
 SKIPPED_DIRS = (".git", ".hg", ".tox", ".nox", ".venv", "venv", "build", "dist", "node_modules")
 STATEMENT_TESTS = 3
-"""Failing tests whose messages the problem statement quotes; the rest are named in one line."""
+"""Distinct failure messages the problem statement quotes."""
 
 
 class SynthError(TaskError):
@@ -77,6 +80,8 @@ class PytestRun(BaseModel):
     """Node id -> seconds of its setup, call and teardown."""
     timed_out_tests: list[str] = Field(default_factory=list)
     """Tests stopped for running past the run's per-test time limit."""
+    tracer: str | None = None
+    """What recorded `coverage` (sys.monitoring, ctracer, settrace); None: the run did not trace."""
     timed_out: bool = False
     crashed: bool = False
     """The run ended without a report (the process died)."""
@@ -175,6 +180,10 @@ class SynthReport(BaseModel):
     baseline_s: float = 0.0
     baseline_cached: bool = False
     """The baseline came from the cache: this repository, at this content, was traced before."""
+    environment_read: str = ""
+    """How the repository's environment was read: its build backend, or the static parse (and why)."""
+    tracer: str | None = None
+    """What recorded the baseline's lines per test (`PytestRun.tracer`)."""
     trials_s: float = 0.0
     check_s: float = 0.0
     duration_s: float = 0.0
@@ -284,6 +293,8 @@ class Baseline(BaseModel):
     """Wall time of one untraced run of the whole suite."""
     slowest_s: float = 0.0
     """The longest a passing test took in that run (setup, call and teardown)."""
+    tracer: str | None = None
+    """What recorded the lines of the traced run (`PytestRun.tracer`)."""
 
     def tests_of(self, mutation: Mutation) -> set[str]:
         lines = self.by_line.get(mutation.path, {})
@@ -317,7 +328,9 @@ def run_baseline(
     if not by_line:
         raise SynthError(f"the {len(passing)} passing tests run no line of the repository's own code")
     slowest = max((plain.durations.get(t, 0.0) for t in passing), default=0.0)
-    return Baseline(passing=passing, by_line=by_line, duration_s=plain.duration_s, slowest_s=slowest)
+    return Baseline(
+        passing=passing, by_line=by_line, duration_s=plain.duration_s, slowest_s=slowest, tracer=traced.tracer
+    )
 
 
 def traced_run(
@@ -329,7 +342,7 @@ def traced_run(
         return runners[0].run_tests(tests, sources, timeout)
     with ThreadPoolExecutor(len(shards), thread_name_prefix="synth-trace") as pool:
         runs = list(pool.map(lambda k: runners[k].run_tests(shards[k], sources, timeout), range(len(shards))))
-    merged = PytestRun(duration_s=max(r.duration_s for r in runs))
+    merged = PytestRun(duration_s=max(r.duration_s for r in runs), tracer=runs[0].tracer)
     for run in runs:
         merged.outcomes |= run.outcomes
         merged.messages |= run.messages
@@ -550,42 +563,140 @@ def _base_name(test: str) -> str:
     return test.split("::")[-1].split("[")[0]
 
 
-def problem_statement(kept: Kept, test_command: str, secrets: list[str]) -> str:
-    """Which tests fail and how, in the words of their assertion messages; never the mutated code."""
-    f2p = kept.fail_to_pass
-    count = f"{len(f2p)} test fails" if len(f2p) == 1 else f"{len(f2p)} tests fail"
-    parts = [f"Running the test suite (`{test_command}`), {count}:\n"]
-    firsts = list({_base_name(t): t for t in reversed(f2p)}.values())[::-1]  # one case of each test first
-    quoted = (firsts + [t for t in f2p if t not in firsts])[:STATEMENT_TESTS]
-    for test in quoted:
-        message = "\n".join(
-            f"    {line}" if line else ""
-            for line in _quote(kept.messages.get(test, ""), secrets).splitlines()
+def called_functions(repo: Path, tests: list[str]) -> list[str]:
+    """The repository's functions and classes that `tests` call by a name imported from its modules
+    (`from parse import search`, `import more_itertools as mi`: `parse.search`, `more_itertools.chunked`),
+    in the order first called; not what they reach through objects, which would need the types."""
+    found: dict[str, None] = {}
+    for test in tests:
+        path, *names = test.split("[")[0].split("::")
+        try:
+            tree = ast.parse((repo / path).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, ValueError):
+            continue
+        imported = _repository_imports(repo, tree, Path(path))
+        body = _test_function(tree, names)
+        for node in ast.walk(body) if body is not None else []:
+            name = _called_name(node.func, imported) if isinstance(node, ast.Call) else None
+            if name is not None:
+                found[name] = None
+    return list(found)
+
+
+def _repository_imports(repo: Path, tree: ast.Module, path: Path, follow: bool = True) -> dict[str, str]:
+    """Local name -> dotted name, for the names a test file (`path`) imports from the repository's own
+    modules (not from its test folder), and, once removed, through a module beside it (tomli's tests:
+    `from . import tomllib`, where their `__init__.py` says `import tomli as tomllib`)."""
+
+    def own(module: str) -> bool:
+        top = module.split(".")[0]
+        return top != path.parts[0] and any(
+            (base / f"{top}.py").is_file() or (base / top / "__init__.py").is_file()
+            for base in (repo, repo / "src")
         )
-        parts.append(f"- `{test}`:\n\n{message}\n")
-    rest: dict[str, int] = defaultdict(int)
-    for test in f2p:
-        if test not in quoted:
-            rest[_base_name(test)] += 1
-    if rest:
-        named = ", ".join(f"`{name}`" + (f" ({k} cases)" if k > 1 else "") for name, k in rest.items())
-        parts.append(f"- and {sum(rest.values())} more: {named}\n")
+
+    names: dict[str, str] = {}
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level and own(node.module):
+            names |= {a.asname or a.name: f"{node.module}.{a.name}" for a in node.names if a.name != "*"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 1 and follow:
+            beside = path.parent / (f"{node.module.replace('.', '/')}.py" if node.module else "__init__.py")
+            try:
+                there = _repository_imports(repo, ast.parse((repo / beside).read_text()), beside, False)
+            except (OSError, SyntaxError, ValueError):
+                continue
+            names |= {a.asname or a.name: there[a.name] for a in node.names if a.name in there}
+        elif isinstance(node, ast.Import):
+            for alias in (a for a in node.names if own(a.name)):
+                top = alias.name.split(".")[0]  # `import a.b` binds `a`; `import a.b as c` binds c to a.b
+                names[alias.asname or top] = alias.name if alias.asname else top
+    return names
+
+
+def _test_function(tree: ast.Module, names: list[str]) -> ast.AST | None:
+    """The definition of a test (`test_f`, or `TestBox::test_put` in its class) in a parsed test file."""
+    body: list[ast.stmt] = tree.body
+    found: ast.AST | None = None
+    for name in names:
+        defined = (n for n in body if isinstance(n, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef))
+        found = next((n for n in defined if n.name == name), None)
+        if found is None:
+            return None
+        body = found.body if isinstance(found, ast.ClassDef) else []
+    return found
+
+
+def _called_name(func: ast.expr, imported: dict[str, str]) -> str | None:
+    """`search` or `mi.chunked` as the dotted name of what it was imported as, if it was."""
+    parts: list[str] = []
+    while isinstance(func, ast.Attribute):
+        parts.insert(0, func.attr)
+        func = func.value
+    if not isinstance(func, ast.Name) or func.id not in imported:
+        return None
+    return ".".join([imported[func.id], *parts])
+
+
+def _symptom(messages: list[str], plural: bool) -> str:
+    """What goes wrong, as a verb phrase: raises, does not raise, or gives wrong results."""
+    for message in messages:
+        missing = re.match(r"Failed: DID NOT RAISE <class '(?:\w+\.)*(\w+)'>", message)
+        if missing:
+            return f"{'do' if plural else 'does'} not raise `{missing.group(1)}`"
+    for message in messages:
+        kind = re.match(r"(\w+(?:Error|Exception|Warning)|StopIteration|KeyboardInterrupt): ", message)
+        if kind and kind.group(1) != "AssertionError":
+            return f"{'raise' if plural else 'raises'} `{kind.group(1)}`"
+    return "give wrong results" if plural else "gives a wrong result"
+
+
+def _subject(functions: list[str], name: str) -> tuple[str, bool]:
+    """Who misbehaves: the functions called (two named at most), else the repository; plural or not."""
+    if not functions:
+        return f"`{name}`", False
+    if len(functions) == 1:
+        return f"`{functions[0]}`", False
+    if len(functions) == 2:
+        return f"`{functions[0]}` and `{functions[1]}`", True
+    return f"`{functions[0]}`, `{functions[1]}` and {len(functions) - 2} more", True
+
+
+def _observed(kept: Kept, secrets: list[str]) -> list[str]:
+    """The distinct failure messages, the first few, without the mutated code or a test's name."""
+    tests = {_base_name(t) for t in kept.fail_to_pass}
+    seen: dict[str, None] = {}
+    for test in kept.fail_to_pass:
+        quoted = _quote(kept.messages.get(test, ""), secrets)
+        lines = [line for line in quoted.splitlines() if not any(name in line for name in tests)]
+        if lines and "\n".join(lines) != "(the test fails without a message)":
+            seen["\n".join(lines)] = None
+    return list(seen)[:STATEMENT_TESTS]
+
+
+def problem_statement(
+    kept: Kept, test_command: str, secrets: list[str], functions: list[str], name: str
+) -> str:
+    """What a user of the library sees go wrong: the functions involved and the failure messages (the
+    values the code gives beside the intended ones, the exceptions raised); never a test's name, and
+    never the mutated code."""
+    subject, plural = _subject(functions, name)
+    observed = _observed(kept, secrets)
+    parts = [f"{subject} {_symptom(list(kept.messages.values()), plural)}."]
+    if observed:
+        parts.append("What the code does now, as the checks that catch it report it:")
+        parts += ["\n".join(f"    {line}" if line else "" for line in text.splitlines()) for text in observed]
     parts.append(
-        "These tests describe the intended behaviour. Find the cause in the repository's code and fix it "
-        "there; do not change the tests. The tests that pass now must keep passing."
+        "The messages show the values the code gives now beside the intended ones. Find the cause in the "
+        f"repository's code and fix it there. `{test_command}` runs the test suite: it must pass without "
+        "changes to the tests, and what works now must keep working."
     )
-    return "\n".join(parts) + "\n"
+    return "\n\n".join(parts) + "\n"
 
 
-def title(kept: Kept) -> str:
-    names = list(dict.fromkeys(_base_name(t) for t in kept.fail_to_pass))
-    if len(kept.fail_to_pass) == 1:
-        return f"`{names[0]}` fails"
-    if len(names) == 1:
-        return f"`{names[0]}` fails in {len(kept.fail_to_pass)} cases"
-    if len(names) == 2:
-        return f"`{names[0]}` and `{names[1]}` fail"
-    return f"`{names[0]}` and {len(names) - 1} other tests fail"
+def title(kept: Kept, functions: list[str], name: str) -> str:
+    """One line of what goes wrong, naming the functions involved, never a test."""
+    subject, plural = _subject(functions, name)
+    return f"{subject} {_symptom(list(kept.messages.values()), plural)}"
 
 
 def visible_test_command(tests: list[str]) -> str:
@@ -633,11 +744,12 @@ def write_task(
     edit = bug_edit(mutation.path, text, mutation)
     if text.replace(edit.old, edit.new) != mutation.apply(text):
         raise SynthError(f"{mutation.path}: the edit of a mutation at line {mutation.lines[0]} is not exact")
+    functions = called_functions(repo, kept.fail_to_pass)
     spec = TaskFile(
-        title=title(kept),
+        title=title(kept, functions, name),
         repo=name,
         bug=[edit],
-        problem_statement=problem_statement(kept, command, _code_lines(edit)),
+        problem_statement=problem_statement(kept, command, _code_lines(edit), functions, name),
         test_command=command,
         fail_to_pass=kept.fail_to_pass,
         pass_to_pass=kept.pass_to_pass,
@@ -694,6 +806,7 @@ def synthesize(
         candidates=len(order),
         baseline_s=time.monotonic() - started,
         baseline_cached=cached,
+        tracer=baseline.tracer,
     )
     search = Search(config, repo, name, runners, baseline, order, visible_test_command(tests), environment)
     budget = config.max_tries or 25 * config.n

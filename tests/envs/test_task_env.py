@@ -198,6 +198,9 @@ def test_a_repository_with_its_own_environment_imports_validates_and_is_solved(
                        str(vlib_instances / "clones"), "--out", str(suite), "--backend", backend, "--json",
                        timeout=900)  # fmt: skip
     assert imported.returncode == 0, imported.stderr[-3000:]
+    assert json.loads(imported.stdout)["environments"] == {
+        "acme__vlib-1": "build backend setuptools.build_meta"
+    }
     task = load_suite(str(suite))[0]
     assert task.environment == Environment(
         requirements=["tinydep>=1.0"], project="vlib", package_root="src", version_file="src/vlib/_version.py"
@@ -238,6 +241,7 @@ def test_synthesis_runs_in_the_environment_the_repository_declares(
     assert made.returncode == 0, made.stderr[-3000:]
     report = json.loads(made.stdout)
     assert len(report["tasks"]) == 1 and report["passing_tests"] == 3, report["trials"]
+    assert report["environment_read"] == "build backend setuptools.build_meta"
     tasks = load_suite(str(suite))
     assert [t.environment for t in tasks] == [declared_environment(repo)]
     assert not (tasks[0].repo / "src/vlib/_version.py").exists()  # made in the start tree only

@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from envs.factory import start_sandbox
+from envs.judge import base_modules
 from envs.sandbox import SandboxConfig
 from envs.synthesis import SandboxPytest, synthesize_suite
 from harness.cli import main
@@ -27,12 +28,14 @@ from tasks.synth import (
     SynthConfig,
     SynthError,
     bug_edit,
+    called_functions,
     copy_repository,
     fetch_sdist,
     load_synth_info,
     problem_statement,
     run_baseline,
     run_tests_timeout,
+    title,
 )
 from tests.conftest import require_backend
 
@@ -157,23 +160,47 @@ def test_bug_edit_takes_context_until_the_text_is_unique() -> None:
     assert edit.old == "    return a < 1\n" and feed.replace(edit.old, edit.new) == mutation.apply(feed)
 
 
-def test_problem_statement_quotes_messages_but_never_the_mutated_code() -> None:
+def test_problem_statement_says_what_goes_wrong_and_names_no_test(tmp_path: Path) -> None:
+    """Issue 36, item 6: the statement names the library's functions the failing tests call and quotes
+    the wrong values they saw, never a test's id or name, nor the mutated code."""
+    (tmp_path / "calc").mkdir()
+    (tmp_path / "calc" / "__init__.py").write_text("")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "helpers.py").write_text("def check(x):\n    return x\n")
+    (tmp_path / "tests" / "__init__.py").write_text("import calc as shared\n")
+    (tmp_path / "tests" / "test_a.py").write_text(
+        "import calc.ops as ops\nfrom calc import add\nfrom tests.helpers import check\n\nfrom . import shared\n\n"
+        "def test_one():\n    assert check(add(1, 1)) == 3\n\n\n"
+        "class TestTwo:\n    def test_two(self, n):\n        assert ops.half(n) == shared.mul(n)\n"
+    )
     kept = Kept(
-        fail_to_pass=[
-            "tests/test_a.py::test_one",
-            "tests/test_a.py::test_two[1]",
-            "tests/test_a.py::test_two[2]",
-        ],
+        fail_to_pass=["tests/test_a.py::test_one", "tests/test_a.py::TestTwo::test_two[1]"],
         pass_to_pass=["tests/test_a.py::test_three"],
         messages={
-            "tests/test_a.py::test_one": "AssertionError: assert 2 == 3\n +  where 2 = <function f at 0x7f01>(1)",
-            "tests/test_a.py::test_two[1]": "ValueError: while evaluating `if items[i] <= limit:`",
+            "tests/test_a.py::test_one": "AssertionError: assert 2 == 3\n +  where 2 = <function add at 0x7f01>(1, 1)",
+            "tests/test_a.py::TestTwo::test_two[1]": "ValueError: while evaluating `if items[i] <= limit:`",
         },
     )
-    text = problem_statement(kept, "python3 -m pytest -q tests", ["if items[i] <= limit:"])
-    assert "AssertionError: assert 2 == 3" in text and "0x7f01" not in text
-    assert "items[i]" not in text
-    assert "`tests/test_a.py::test_two[1]`" in text and "3 tests fail" in text
+    functions = called_functions(tmp_path, kept.fail_to_pass)
+    assert functions == ["calc.add", "calc.ops.half", "calc.mul"]  # not the test folder's own helper
+    text = problem_statement(kept, "python3 -m pytest -q tests", ["if items[i] <= limit:"], functions, "calc")
+    heading = title(kept, functions, "calc")
+    assert heading == "`calc.add`, `calc.ops.half` and 1 more raise `ValueError`"
+    assert title(kept, functions[:2], "calc") == "`calc.add` and `calc.ops.half` raise `ValueError`"
+    assert text.startswith(heading + ".")
+    assert "    AssertionError: assert 2 == 3\n     +  where 2 = <function add>(1, 1)" in text
+    assert "0x7f01" not in text and "items[i]" not in text  # no address, no mutated code
+    assert "python3 -m pytest -q tests" in text
+    for name in ("test_a", "test_one", "TestTwo", "test_two"):
+        assert name not in text and name not in heading
+    missing = Kept(
+        fail_to_pass=["tests/test_a.py::test_one"],
+        pass_to_pass=[],
+        messages={"tests/test_a.py::test_one": "Failed: DID NOT RAISE <class 'ValueError'>"},
+    )
+    assert title(missing, [], "calc") == "`calc` does not raise `ValueError`"
+    wrong = missing.model_copy(update={"messages": {"tests/test_a.py::test_one": "assert [1] == []"}})
+    assert title(wrong, ["calc.add"], "calc") == "`calc.add` gives a wrong result"
 
 
 # ---- a small repository, end to end ----------------------------------------------------------------
@@ -292,7 +319,9 @@ def test_synthesized_suite_validates_and_is_reproducible(
         assert 1 <= len(removed) + len(added) <= 4, task.gold_patch
         for line in removed + added:  # the gold patch's lines: never in the statement
             assert line.strip() not in task.problem_statement or len(line.strip()) < 8
-        assert f"`{f2p[0]}`" in task.problem_statement
+        assert "`shop." in task.problem_statement and "`shop." in task.title  # the functions involved
+        for test in f2p + p2p:  # no test named: what goes wrong is told as a user would see it
+            assert test.split("::")[-1].split("[")[0] not in task.problem_statement + task.title
         assert info.path == "shop.py" and info.fail_to_pass == len(f2p)
         bases.add((task.repo / "shop.py").read_text())
     assert len(bases) == 6  # no two tasks start from the same code
@@ -423,6 +452,7 @@ def test_the_traced_run_split_over_sandboxes_gives_the_same_baseline(backend: st
     assert len(alone.passing) == 3 and alone.by_line["calc.py"][10] == ["tests/test_half.py::test_half"]
     assert (split.passing, split.by_line) == (alone.passing, alone.by_line)
     assert runners[1].runs == 1  # the second sandbox traced its shard
+    assert alone.tracer == split.tracer == "ctracer"  # coverage.py's C tracer, from `harness env build`
 
 
 ENDLESS = """
@@ -532,3 +562,22 @@ def test_a_src_layout_that_does_not_import_says_why(tmp_path: Path) -> None:
         runner.close()
     assert "tests/test_calc.py: ModuleNotFoundError: No module named 'calc'" in str(raised.value)
     assert "a src/ layout?" in str(raised.value)
+
+
+def test_the_synthesis_runner_runs_the_repositorys_copy_of_a_package_pytest_loaded(tmp_path: Path) -> None:
+    """Issue 36, item 2: a baseline of a repository named like one of pytest's own dependencies (attrs'
+    `attr`) runs the repository's code, not the copy pytest imported first."""
+    repo = tmp_path / "own"
+    (repo / "attr").mkdir(parents=True)
+    (repo / "attr" / "__init__.py").write_text('ORIGIN = "the repository"\n')
+    (repo / "test_own.py").write_text(
+        'import attr\n\n\ndef test_own():\n    assert attr.ORIGIN == "the repository"\n'
+    )
+    runner = SandboxPytest(
+        lambda: start_sandbox(SandboxConfig(backend="bwrap"), repo), modules=base_modules(repo)
+    )
+    try:
+        run = runner.run_tests(["test_own.py"], ["attr/__init__.py"], timeout=60)
+        assert run.outcomes == {"test_own.py::test_own": "passed"}, run.collect_errors
+    finally:
+        runner.close()
