@@ -21,8 +21,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+from envs.build_metadata import environment_reader
 from envs.lifecycle import install_signal_handlers
 from envs.mining import MineConfig, MineReport, mine
+from envs.sandbox import SandboxConfig
 
 REPOSITORIES = (
     "r1chardj0n3s/parse",
@@ -77,8 +79,11 @@ def main() -> None:
                 config = MineConfig.model_validate(
                     {"repo": source, "out": out, "max_commits": args.max_commits, "backend": backend}
                 )
+                reader = environment_reader(SandboxConfig.model_validate({"backend": backend}))
                 report = mine(
-                    config, on_commit=lambda r: print(r.model_dump_json(), file=sys.stderr, flush=True)
+                    config,
+                    reader,
+                    on_commit=lambda r: print(r.model_dump_json(), file=sys.stderr, flush=True),
                 )
                 reports.append(report.model_dump(mode="json") | {"by_reason": report.by_reason()})
                 print(row(repo, report), flush=True)
