@@ -47,14 +47,21 @@ HATCH = {
 
 
 @pytest.fixture(scope="session")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+def cache_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The harness cache of these tests: its own, filled once (build requirements from pip's cache or
     the package index), shared by every test of the session."""
-    folder = tmp_path_factory.mktemp("harness-cache")
+    return tmp_path_factory.mktemp("harness-cache")
+
+
+@pytest.fixture
+def cache(cache_folder: Path) -> Iterator[Path]:
+    """`cache_folder` as the harness's cache for one test, and only for it: a session-wide setting
+    outlived these tests in their worker, where later bubblewrap sandboxes then found no sandbox
+    environment and ran the harness's own pytest."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("PIP_CACHE_DIR", os.environ.get("PIP_CACHE_DIR") or str(Path.home() / ".cache" / "pip"))
-        patch.setenv("XDG_CACHE_HOME", str(folder))
-        yield folder
+        patch.setenv("XDG_CACHE_HOME", str(cache_folder))
+        yield cache_folder
 
 
 def repository(root: Path, files: dict[str, str]) -> Path:
