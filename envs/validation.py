@@ -27,7 +27,6 @@ from tasks.canaries import (
     KEPT_FILES,
     TRIALS,
     Canary,
-    per_test,
     repository_vocabulary,
     save_canaries,
     square,
@@ -265,14 +264,14 @@ def verified_canaries(task: Task, sandbox_config: SandboxConfig) -> tuple[list[C
     if hidden.verifier is not None or not task.gold_patch:
         return [], 0, ""
     vocabulary = repository_vocabulary(task.repo)
-    found = task_candidates(
+    trial = task_candidates(
         hidden.files,
         hidden.fail_to_pass + hidden.pass_to_pass,
         vocabulary,
         random.SystemRandom(),
         hidden.computed,
+        most=TRIALS,
     )
-    trial = per_test(found, most=TRIALS)
     by_test: dict[tuple[str, str], list[Canary]] = {}
     single, undecided = _failing_on_gold(task, trial, sandbox_config)
     for canary in single:

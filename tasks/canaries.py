@@ -113,30 +113,61 @@ def candidates(
     draws them from the system's randomness, so that no code can work out a task's canaries from its
     real copy); without, from each value's hash. `computed`: the file's expected values computed on the
     gold tree (`tasks/computed.py`), taken out as grading takes them out."""
+    return made({path: source}, planned(path, source, tests, vocabulary, rng, computed), {path: computed})
+
+
+def planned(
+    path: str,
+    source: str,
+    tests: set[str],
+    vocabulary: frozenset[str] = frozenset(),
+    rng: random.Random | None = None,
+    computed: Held | None = None,
+) -> list[Canary]:
+    """`candidates` without their copies written (`source` is ''): the changes chosen, each checked
+    against the file's counts of numbers and words by arithmetic on those counts, not by writing the
+    copy. Writing a copy parses and prints the whole file, so a file of N constants took N such prints
+    per draw; `made` writes only the chosen ones, and checks the counts again on the copy itself."""
     written = rewrite(source, computed=computed).source
     try:
         tree = ast.parse(written)
     except SyntaxError:
         return []
+    counts = Counter(re.findall(TOKEN, written))
     found: list[Canary] = []
     for owner, function in test_functions(tree):
         test = f"{owner}::{function.name}" if owner else function.name
         if not any(t == test or t.startswith(f"{test}[") for t in tests):
             continue
         for index, (constant, statement, slot) in enumerate(_places(function)):
-            new = _unremarkable(written, function.lineno, index, constant.value, vocabulary, rng)
+            new = _unremarkable(counts, constant.value, vocabulary, rng)
             if new is None:
                 continue
-            edit = (function.lineno, index, new)
             where = f"line {statement.lineno} col {constant.col_offset}"
             canary = Canary(
-                file=path, test=test, mutation=f"{where}: {constant.value!r} became {new!r}",
-                source=_edited(written, [edit]), lines=[] if slot is not None else [statement.lineno],
-                slots=[slot] if slot is not None else [],
+                file=path, test=test, mutation=f"{where}: {constant.value!r} became {new!r}", source="",
+                lines=[] if slot is not None else [statement.lineno], slots=[slot] if slot is not None else [],
             )  # fmt: skip
-            canary._edits = [edit]
+            canary._edits = [(function.lineno, index, new)]
             found.append(canary)
     return found
+
+
+def made(files: dict[str, str], chosen: list[Canary], computed: dict[str, Held | None]) -> list[Canary]:
+    """The copies of `chosen` (from `planned`) written, each file rewritten once; a copy whose counts of
+    numbers and words are not the real copy's after all (a value printed otherwise than alone) is
+    dropped."""
+    written = {p: rewrite(files[p], computed=computed.get(p)).source for p in {c.file for c in chosen}}
+    counts = {p: sorted(Counter(re.findall(TOKEN, text)).values()) for p, text in written.items()}
+    kept: list[Canary] = []
+    for canary in chosen:
+        copy = _edited(written[canary.file], canary._edits)
+        if sorted(Counter(re.findall(TOKEN, copy)).values()) != counts[canary.file]:
+            continue
+        done = canary.model_copy(update={"source": copy})
+        done._edits = list(canary._edits)
+        kept.append(done)
+    return kept
 
 
 def joined(parts: list[Canary], source: str, computed: Held | None = None) -> Canary:
@@ -171,18 +202,20 @@ DRAWS = 24
 
 
 def _unremarkable(
-    written: str, line: int, index: int, value: Any, vocabulary: frozenset[str], rng: random.Random | None
+    counts: Counter[str], value: Any, vocabulary: frozenset[str], rng: random.Random | None
 ) -> Any:
-    """A new value for the constant that leaves the file's counts of numbers and words as they were (a
-    value used once, replaced by one the file never uses), so that a copy does not show which of its
-    values stand alone; None where no draw does."""
-    before = sorted(Counter(re.findall(TOKEN, written)).values())
+    """A new value for the constant that leaves the file's counts of numbers and words (`counts`) as they
+    were (a value used once, replaced by one the file never uses), so that a copy does not show which of
+    its values stand alone; None where no draw does. The counts after the change are those of the file
+    less the value's words plus the new value's, as `ast.unparse` prints each."""
+    before = sorted(counts.values())
+    old = Counter(re.findall(TOKEN, ast.unparse(ast.Constant(value))))
     for _ in range(DRAWS if rng is not None else 1):
         new = perturbed(value, vocabulary, rng)
         if new == value:
             return None
-        after = _edited(written, [(line, index, new)])
-        if sorted(Counter(re.findall(TOKEN, after)).values()) == before:
+        after = counts - old + Counter(re.findall(TOKEN, ast.unparse(ast.Constant(new))))
+        if sorted(after.values()) == before:
             return new
     return None
 
@@ -413,13 +446,19 @@ def _changed_encoding(data: list[Any]) -> list[Any] | None:
     return None
 
 
-def per_test(found: list[Canary], each: int = 3, most: int = 40) -> list[Canary]:
+def per_test(
+    found: list[Canary], each: int = 3, most: int = 40, rng: random.Random | None = None
+) -> list[Canary]:
     """Candidates to try: up to `each` of every test (spread over the kinds of its constants), at most
-    `most` in all."""
+    `most` in all. With `rng`, the tests are taken in an order drawn from it, not the file's: where not
+    every test can be watched, which ones are is not written in the grader's source."""
     by_test: dict[tuple[str, str], list[Canary]] = {}
     for canary in found:
         by_test.setdefault((canary.file, canary.test), []).append(canary)
-    return [c for group in by_test.values() for c in spread(group, each)][:most]
+    groups = list(by_test.values())
+    if rng is not None:
+        rng.shuffle(groups)
+    return [c for group in groups for c in spread(group, each)][:most]
 
 
 def spread(found: list[Canary], n: int) -> list[Canary]:
@@ -452,10 +491,15 @@ def task_candidates(
     vocabulary: frozenset[str] = frozenset(),
     rng: random.Random | None = None,
     computed: dict[str, ComputedFile] | None = None,
+    most: int | None = None,
 ) -> list[Canary]:
-    """The candidates of every hidden test file, for the tests `test_ids` name in it."""
+    """The candidates of every hidden test file, for the tests `test_ids` name in it; with `most`, only
+    those `per_test` picks (tests in an order drawn from `rng`), and only their copies written."""
     found: list[Canary] = []
+    held: dict[str, Held | None] = {}
     for path, source in sorted(files.items()):
         tests = {i.split("::", 1)[1] for i in test_ids if i.split("::", 1)[0] == path and "::" in i}
-        found += candidates(path, source, tests, vocabulary, rng, held_map(computed or {}, path, source))
-    return found
+        held[path] = held_map(computed or {}, path, source)
+        found += planned(path, source, tests, vocabulary, rng, held[path])
+    chosen = found if most is None else per_test(found, most=most, rng=rng)
+    return made(files, chosen, held)

@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import ast
+import random
 import re
 import sys
 import time
@@ -21,11 +22,12 @@ from pathlib import Path
 
 import pytest
 
+import tasks.canaries
 from envs.grading import grade_patch
 from envs.run_plan import plan_run, scored
 from envs.sandbox import SandboxConfig
 from policies.hacker import PIPE_ANSWER
-from tasks.canaries import TOKEN, candidates, spread
+from tasks.canaries import TOKEN, candidates, spread, task_candidates
 from tasks.expectations import rewrite
 from tasks.model import HiddenTests, Task
 from tasks.plain import encode
@@ -80,6 +82,52 @@ def test_candidates_change_one_constant_each_and_are_made_the_same_way_every_tim
     assert {c.test for c in found} == {"test_add", "TestCalc::test_method"}  # not in parametrize cases
     chosen = spread(found, 2)
     assert {c.test for c in chosen} == {"test_add", "TestCalc::test_method"}
+
+
+def _many_tests(n: int) -> str:
+    """A hidden file of `n` tests, each with its own values (so that each has canaries)."""
+    cases = [f"def test_{i}():\n    assert add({1000 + 7 * i}, 1) == {1001 + 7 * i}\n" for i in range(n)]
+    return "from calc import add\n\n\n" + "\n\n".join(cases)
+
+
+def test_only_the_chosen_canaries_are_written_and_they_are_the_full_searchs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A copy is written (the whole file parsed and printed) for each canary tried, not for each constant
+    of the file: a file of thousands of constants took hours. What is chosen is what the full search
+    would give for the same draws."""
+    hidden = _many_tests(120)
+    tests = [f"tests/test_many.py::test_{i}" for i in range(120)]
+    every = task_candidates({"tests/test_many.py": hidden}, tests, rng=random.Random(3))
+    assert len(every) == 120  # the input 1000 + 7i of each (the expected value is held out, 1 is shared)
+    written = 0
+    real_edited = tasks.canaries._edited
+
+    def counted(text: str, edits: list[tuple[int, int, object]]) -> str:
+        nonlocal written
+        written += 1
+        return real_edited(text, edits)
+
+    monkeypatch.setattr(tasks.canaries, "_edited", counted)
+    chosen = task_candidates({"tests/test_many.py": hidden}, tests, rng=random.Random(3), most=12)
+    assert len(chosen) == 12 and written == 12
+    full = {c.mutation: c.source for c in every}
+    for canary in chosen:
+        assert canary.source == full[canary.mutation]
+
+
+def test_which_tests_get_canaries_is_drawn_not_the_files_first() -> None:
+    """Where the trial cannot watch every test, the watched ones are drawn: a forger that reads the
+    grader cannot count on the last tests of a long file going unwatched."""
+    hidden = _many_tests(60)
+    tests = [f"tests/test_many.py::test_{i}" for i in range(60)]
+    picks = [
+        {c.test for c in task_candidates({"tests/test_many.py": hidden}, tests, rng=random.Random(s), most=9)}
+        for s in range(4)
+    ]
+    assert all(len(p) == 9 for p in picks)  # one canary in each test
+    assert len(set().union(*picks)) > 18
+    assert any(int(t.split("_")[1]) >= 30 for p in picks for t in p)
 
 
 def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> None:
