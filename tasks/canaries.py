@@ -158,11 +158,11 @@ def made(files: dict[str, str], chosen: list[Canary], computed: dict[str, Held |
     numbers and words are not the real copy's after all (a value printed otherwise than alone) is
     dropped."""
     written = {p: rewrite(files[p], computed=computed.get(p)).source for p in {c.file for c in chosen}}
-    counts = {p: sorted(Counter(re.findall(TOKEN, text)).values()) for p, text in written.items()}
+    counts = {p: _profile(text) for p, text in written.items()}
     kept: list[Canary] = []
     for canary in chosen:
         copy = _edited(written[canary.file], canary._edits)
-        if sorted(Counter(re.findall(TOKEN, copy)).values()) != counts[canary.file]:
+        if _profile(copy) != counts[canary.file]:
             continue
         done = canary.model_copy(update={"source": copy})
         done._edits = list(canary._edits)
@@ -188,11 +188,35 @@ def square(a: list[Canary], b: list[Canary], source: str, computed: Held | None 
     """The canaries A (every change of `a`), B (of `b`) and AB (both), for one file. Beside the real copy,
     each copy has one other |A| changes away, one |B| away and one |A| + |B| away, the real one too, so
     that not even a forger that saw every copy could find the real one by how they differ; and every test
-    with a change in `a` is watched by two of the three."""
-    made = [joined(a, source, computed)]
-    if b:
+    with a change in `a` is watched by two of the three. Each single keeps the file's counts of numbers
+    and words, but two of them together may not (11 -> 12 and 8 -> 9 twice over, or two new values the
+    same): a change is joined only where A, B and AB all keep the counts (`_joinable`)."""
+    written = rewrite(source, computed=computed).source
+    a = _joinable(written, a, [])
+    b = _joinable(written, b, a)
+    made = [joined(a, source, computed)] if a else []
+    if a and b:
         made += [joined(b, source, computed), joined([*a, *b], source, computed)]
     return made
+
+
+def _joinable(written: str, parts: list[Canary], beside: list[Canary]) -> list[Canary]:
+    """The parts, in order, that can be joined with the ones before them (and, each copy, with all of
+    `beside`) leaving the file's counts of numbers and words as the real copy's: one written copy a try."""
+    before = _profile(written)
+    edits = [e for part in beside for e in part._edits]
+    kept: list[Canary] = []
+    for part in parts:
+        mine = [e for k in [*kept, part] for e in k._edits]
+        alone = _profile(_edited(written, mine)) == before
+        if alone and (not edits or _profile(_edited(written, [*edits, *mine])) == before):
+            kept.append(part)
+    return kept
+
+
+def _profile(text: str) -> list[int]:
+    """The file's counts of numbers and words, sorted: what a copy must keep."""
+    return sorted(Counter(re.findall(TOKEN, text)).values())
 
 
 TOKEN = r"\d+|[^\W\d_]+"

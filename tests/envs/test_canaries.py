@@ -27,8 +27,8 @@ from envs.grading import grade_patch
 from envs.run_plan import plan_run, scored
 from envs.sandbox import SandboxConfig
 from policies.hacker import PIPE_ANSWER
-from tasks.canaries import TOKEN, candidates, spread, task_candidates
-from tasks.expectations import rewrite
+from tasks.canaries import TOKEN, Canary, _places, candidates, joined, spread, square, task_candidates
+from tasks.expectations import rewrite, test_functions
 from tasks.model import HiddenTests, Task
 from tasks.plain import encode
 from tasks.suite import load_suite
@@ -128,6 +128,50 @@ def test_which_tests_get_canaries_is_drawn_not_the_files_first() -> None:
     assert all(len(p) == 9 for p in picks)  # one canary in each test
     assert len(set().union(*picks)) > 18
     assert any(int(t.split("_")[1]) >= 30 for p in picks for t in p)
+
+
+SWAPS = """\
+from calc import add
+
+
+def test_one():
+    assert add(11, 3) == 14
+
+
+def test_two():
+    assert add(11, 4) == 15
+
+
+def test_three():
+    assert add(12, 6) == 18
+"""
+
+
+def _eleven_to_twelve(test: str) -> Canary:
+    """The single that makes `test`'s 11 a 12: alone it keeps the file's counts (11 twice and 12 once
+    become once and twice)."""
+    written = rewrite(SWAPS).source
+    function = next(f for _, f in test_functions(ast.parse(written)) if f.name == test)
+    index = next(i for i, (c, _, _) in enumerate(_places(function)) if c.value == 11)
+    canary = Canary(file="tests/test_add.py", test=test, mutation=f"{test}: 11 became 12", source="")
+    canary._edits = [(function.lineno, index, 12)]
+    return canary
+
+
+def test_a_square_joins_only_changes_that_keep_the_counts_together() -> None:
+    """Two singles that each keep the file's counts can break them together (11 -> 12 twice: 12 three
+    times and 11 never): a square leaves out the second rather than store a copy that stands out."""
+    one, two = _eleven_to_twelve("test_one"), _eleven_to_twelve("test_two")
+    real = sorted(Counter(re.findall(TOKEN, rewrite(SWAPS).source)).values())
+    for single in (one, two):
+        assert sorted(Counter(re.findall(TOKEN, joined([single], SWAPS).source)).values()) == real
+    assert sorted(Counter(re.findall(TOKEN, joined([one, two], SWAPS).source)).values()) != real
+    made = square([one, two], [], SWAPS)
+    assert [c.tests for c in made] == [["test_one"]]
+    made = square([one], [two], SWAPS)  # B alone keeps them, AB does not: no B
+    assert [c.tests for c in made] == [["test_one"]]
+    for copy in made:
+        assert sorted(Counter(re.findall(TOKEN, copy.source)).values()) == real
 
 
 def test_a_child_decides_the_outcomes_of_its_own_file_only(tmp_path: Path) -> None:
