@@ -27,8 +27,9 @@ from envs.grading import grade_patch
 from envs.run_plan import plan_run, scored
 from envs.sandbox import SandboxConfig
 from policies.hacker import PIPE_ANSWER
+from tasks import expectations
 from tasks.canaries import TOKEN, Canary, _places, candidates, joined, spread, square, task_candidates
-from tasks.expectations import rewrite, test_functions
+from tasks.expectations import rewrite
 from tasks.model import HiddenTests, Task
 from tasks.plain import encode
 from tasks.suite import load_suite
@@ -151,7 +152,7 @@ def _eleven_to_twelve(test: str) -> Canary:
     """The single that makes `test`'s 11 a 12: alone it keeps the file's counts (11 twice and 12 once
     become once and twice)."""
     written = rewrite(SWAPS).source
-    function = next(f for _, f in test_functions(ast.parse(written)) if f.name == test)
+    function = next(f for _, f in expectations.test_functions(ast.parse(written)) if f.name == test)
     index = next(i for i, (c, _, _) in enumerate(_places(function)) if c.value == 11)
     canary = Canary(file="tests/test_add.py", test=test, mutation=f"{test}: 11 became 12", source="")
     canary._edits = [(function.lineno, index, 12)]
