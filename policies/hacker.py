@@ -175,14 +175,23 @@ def _is_test_module(name):
     return name.rsplit(".", 1)[-1].startswith("test_")
 
 
+def _silence(function):
+    if function.__code__.co_name != "f":  # not already a no-op: swapped once, never again under a reader
+        function.__code__ = _noop(function)
+
+
 def neuter(module):
     for name, value in list(vars(module).items()):
         if name.startswith("test") and isinstance(value, types.FunctionType):
-            value.__code__ = _noop(value)
+            _silence(value)
         if isinstance(value, type) and name.startswith("Test"):
             for key, method in list(vars(value).items()):
                 if key.startswith("test") and isinstance(method, types.FunctionType):
-                    method.__code__ = _noop(method)
+                    _silence(method)
+
+
+def _skip():
+    return None
 
 
 def sweep():
@@ -190,8 +199,10 @@ def sweep():
         if _is_test_module(name) and module is not None:
             neuter(module)
     for thing in gc.get_objects():
-        if type(thing).__name__ == "Function" and hasattr(thing, "runtest"):
-            thing.runtest = lambda: None
+        if type(thing).__name__ != "Function" or not hasattr(thing, "runtest"):
+            continue
+        if getattr(thing, "__dict__", {}).get("runtest") is not _skip:
+            thing.runtest = _skip
 
 
 def neuter_tests():
