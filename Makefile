@@ -19,13 +19,22 @@ setup: $(BIN)/harness
 	$(BIN)/harness env build --quiet >/dev/null
 
 # The sandbox image, built on an offline base made by debootstrap when no registry is reachable. It needs
-# nothing of .venv, so `make -j2` builds it while pip installs.
+# nothing of .venv, so `make -j2` builds it while pip installs. Where podman is installed, its storage gets
+# a copy of Docker's build (again whenever the two differ), or, with no Docker daemon, podman builds it.
 image:
 	@if docker info >/dev/null 2>&1; then \
 	  docker image inspect $(IMAGE) >/dev/null 2>&1 || { \
 	    bash .ci/build-base-image.sh $(BASE_IMAGE) && \
 	    docker build -q --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
+	elif command -v podman >/dev/null 2>&1; then \
+	  podman image exists $(IMAGE) || { \
+	    ENGINE=podman bash .ci/build-base-image.sh $(BASE_IMAGE) && \
+	    podman build -q --network none --pull=never --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
 	else echo "no Docker daemon: the docker backend's tests will skip (fail under CI=true)"; fi
+	@if command -v podman >/dev/null 2>&1 && docker image inspect $(IMAGE) >/dev/null 2>&1; then \
+	  built=$$(docker image inspect --format '{{.Id}}' $(IMAGE)); \
+	  [ "sha256:$$(podman image inspect --format '{{.Id}}' $(IMAGE) 2>/dev/null)" = "$$built" ] || \
+	    docker save $(IMAGE) | podman load -q; fi
 
 lint: setup
 	$(BIN)/ruff check .

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Builds the sandbox base image offline: debootstrap a minimal Debian with python3, pytest and git from
-# Debian's package mirror, then `docker import` it. No image registry is needed.
+# Debian's package mirror, then `docker import` it (`podman import` with ENGINE=podman). No image registry is
+# needed.
 set -euo pipefail
 tag="${1:-harness-base:bookworm}"
-if docker image inspect "$tag" >/dev/null 2>&1; then
+engine="${ENGINE:-docker}"
+if "$engine" image inspect "$tag" >/dev/null 2>&1; then
   echo "base image $tag already present"
   exit 0
 fi
@@ -14,5 +16,5 @@ debootstrap --variant=minbase --include=python3,python3-pytest,git,procps,ca-cer
   bookworm "$root" http://deb.debian.org/debian >/tmp/harness-debootstrap.log 2>&1 \
   || { tail -20 /tmp/harness-debootstrap.log; exit 1; }
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
-tar -C "$root" -c . | docker import - "$tag"
+tar -C "$root" -c . | "$engine" import - "$tag"
 echo "imported $tag"

@@ -325,7 +325,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
     if bwrap is None:
         raise SandboxError("bubblewrap (bwrap) is not installed: apt-get install bubblewrap")
     env = sandbox_env(config.python_env)
-    owner = current_owner(config.state_dir, config.expiry_s, containers=False)
+    owner = current_owner(config.state_dir, config.expiry_s)
     run_dir = config.state_dir / owner.run_id
     uid = sandbox_host_user(config)
     source = None

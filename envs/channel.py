@@ -1,4 +1,10 @@
-"""Host side of the executor connection: a Unix socket that the in-sandbox executor connects back to."""
+"""The host end of the executor connection: JSON lines over a byte stream that a transport opens once.
+
+Two transports: `UnixListener`, a socket file the in-sandbox executor connects back to (local backends), and
+`envs.stream_auth.TcpDialer`, a TCP stream to a sandbox server, opened by a mutual handshake on a
+per-sandbox secret and sealed record by record (`harness sandbox-server`, `envs/remote_backend.py`). The
+framing, its timeouts and its buffer are the same over both.
+"""
 
 from __future__ import annotations
 
@@ -8,17 +14,45 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from envs.sandbox import SandboxError, SandboxUnusable
 
 
-class ExecutorChannel:
-    """Listens on a socket file, accepts the executor once, then sends requests and reads answers.
+class Stream(Protocol):
+    """What the channel uses of a connected socket (`socket.socket`, `envs.stream_auth.Sealed`)."""
 
-    Only the first connection is accepted; the listener is closed right after, so a process of the
-    agent cannot connect in its place later.
-    """
+    def recv(self, size: int, /) -> bytes: ...
+
+    def sendall(self, data: bytes, /) -> None: ...
+
+    def settimeout(self, timeout: float | None, /) -> None: ...
+
+    def shutdown(self, how: int, /) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """Opens the one byte stream of a channel."""
+
+    def open(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> Stream:
+        """The connected stream within `timeout` seconds; `SandboxError` when the sandbox is gone (`alive`)
+        or the time is up."""
+        ...
+
+    def interrupt(self) -> None:
+        """Makes an `open` that another thread is waiting in fail at once."""
+        ...
+
+    def close(self) -> None:
+        """Frees what `open` left behind (a listener, a socket file). Safe to call twice."""
+        ...
+
+
+class UnixListener:
+    """A socket file that accepts the executor once; the listener is closed right after, so a process of
+    the agent cannot connect in its place later."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -26,12 +60,10 @@ class ExecutorChannel:
         self._listener.bind(str(path))
         os.chmod(path, 0o666)  # the executor runs as an unprivileged uid inside the sandbox
         self._listener.listen(1)
-        self._sock: socket.socket | None = None
-        self._buffer = bytearray()  # grows in place: a reply of a copy-out can be hundreds of megabytes
 
-    def accept(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> int:
-        """Waits for the executor's hello; fails fast when the sandbox process is gone."""
-        assert self._listener is not None, "accept() is called once"
+    def open(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> socket.socket:
+        if self._listener is None:
+            raise SandboxError("the executor's socket is accepted once")
         deadline = time.monotonic() + timeout
         self._listener.settimeout(0.05)
         while True:
@@ -47,23 +79,58 @@ class ExecutorChannel:
                     ) from None
         self._listener.close()
         self._listener = None
-        self._sock = sock
-        hello = self._read_line(deadline - time.monotonic())
+        return sock
+
+    def interrupt(self) -> None:
+        _shutdown(self._listener)
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        self.path.unlink(missing_ok=True)
+
+
+class ExecutorChannel:
+    """Sends requests to the executor and reads its answers, one JSON line each, over a `Transport` (a
+    path: a `UnixListener` on it)."""
+
+    def __init__(self, transport: Transport | Path) -> None:
+        self.transport = UnixListener(transport) if isinstance(transport, Path) else transport
+        self._sock: Stream | None = None
+        self._buffer = bytearray()  # grows in place: a reply of a copy-out can be hundreds of megabytes
+
+    def accept(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> int:
+        """Opens the stream and waits for the executor's hello; fails fast when the sandbox process is gone."""
+        deadline = time.monotonic() + timeout
+        self.open(timeout, alive, describe)
+        hello = self.receive(deadline - time.monotonic())
         return int(hello["hello"])
+
+    def open(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> None:
+        """Opens the stream, for a peer that speaks first (`accept` waits for the executor's hello)."""
+        self._sock = self.transport.open(timeout, alive, describe)
 
     def call(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Sends one request and waits for its answer at most `timeout` seconds."""
+        self.send(request, timeout)
+        return self.receive(timeout)
+
+    def send(self, message: dict[str, Any], timeout: float | None = None) -> None:
+        """Sends one line, within `timeout` seconds (None: however long the peer takes to read it)."""
         if self._sock is None:
             raise SandboxUnusable("the executor connection is closed")
         try:
-            self._sock.sendall(json.dumps(request).encode() + b"\n")
+            self._sock.settimeout(timeout)
+            self._sock.sendall(json.dumps(message).encode() + b"\n")
         except OSError as e:
             self.close()
             raise SandboxUnusable(f"executor connection lost: {e}") from e
-        return self._read_line(timeout)
 
-    def _read_line(self, timeout: float) -> dict[str, Any]:
-        assert self._sock is not None
+    def receive(self, timeout: float) -> dict[str, Any]:
+        """The next line, waited for at most `timeout` seconds; after a timeout the channel is closed."""
+        if self._sock is None:
+            raise SandboxUnusable("the executor connection is closed")
         deadline = time.monotonic() + max(timeout, 0.01)
         scanned = 0  # only new bytes are searched for the end of the line, so a long reply costs linear time
         while (end := self._buffer.find(b"\n", scanned)) < 0:
@@ -89,19 +156,33 @@ class ExecutorChannel:
         reply: dict[str, Any] = json.loads(line)
         return reply
 
+    def detach(self) -> tuple[Stream, bytes]:
+        """The open stream and the bytes read past the last line, for a caller that relays it further
+        (`envs/sandbox_server.py`); the channel is closed without closing the stream."""
+        if self._sock is None:
+            raise SandboxUnusable("the executor connection is closed")
+        sock, rest = self._sock, bytes(self._buffer)
+        self._sock = None
+        self._buffer.clear()
+        self.close()
+        return sock, rest
+
     def interrupt(self) -> None:
         """Makes a call that another thread is waiting in fail at once. Closing would not wake it, and would
         free the descriptor under it: a socket opened next could take the number, and the call wait on it."""
-        for s in (self._sock, self._listener):
-            if s is not None:
-                try:
-                    s.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass  # not connected, or already closed
+        _shutdown(self._sock)
+        self.transport.interrupt()
 
     def close(self) -> None:
-        for s in (self._sock, self._listener):
-            if s is not None:
-                s.close()
-        self._sock = self._listener = None
-        self.path.unlink(missing_ok=True)
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        self.transport.close()
+
+
+def _shutdown(sock: Stream | socket.socket | None) -> None:
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass  # not connected, or already closed

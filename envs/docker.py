@@ -30,7 +30,7 @@ import requests.exceptions
 from envs import cgroups
 from envs.channel import ExecutorChannel
 from envs.host_paths import readable_source
-from envs.lifecycle import Owner, current_owner, track
+from envs.lifecycle import LABEL, Owner, current_owner, dead_run, log_reaped, track
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 
@@ -144,7 +144,7 @@ def _container_cgroup(container_id: str) -> cgroups.Cgroup | None:
 
 def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | None = None) -> ExecutorSandbox:
     """Starts a container from `image` (default: the config's) whose /repo starts as `source_dir`."""
-    owner = current_owner(config.state_dir, config.expiry_s)
+    owner = current_owner(config.state_dir, config.expiry_s, reap_containers)
     source = None
     if source_dir is not None:
         source = readable_source(Path(source_dir).resolve(), config.state_dir / owner.run_id)
@@ -303,3 +303,27 @@ class DockerImages:
 
     def remove(self, tag: str) -> None:
         remove_image(tag)
+
+
+def reap_containers(me: str | None, state_dir: Path) -> int:
+    """Removes the containers of dead runs other than `me` (a `StrayReaper`, `envs.lifecycle.reap`)."""
+    removed = 0
+    # Runs that start together reap the same leftovers: a container may vanish under our feet.
+    listed = client().containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)
+    for container in listed:
+        try:
+            owner = Owner.from_labels(container.labels)
+        except (KeyError, ValueError):
+            continue  # not a run's as this harness labels them: never decided on a label it cannot read
+        if owner.run_id == me:
+            continue
+        with dead_run(owner, Path(owner.lock) if owner.lock else None) as reason:
+            if reason is None:
+                continue
+            try:
+                container.remove(force=True)
+                removed += 1
+                log_reaped(state_dir, owner.run_id, f"container {container.name} removed: {reason}")
+            except docker.errors.APIError:  # already gone, or another run's reaper is removing it (409)
+                pass
+    return removed

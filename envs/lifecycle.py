@@ -25,7 +25,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -132,10 +132,14 @@ def _hold(lock: Path) -> None:
     _held[lock] = fd  # a replaced one stays open and locked: a reaper that opened it finds it held
 
 
-def current_owner(state_dir: Path, expiry_s: float, containers: bool = True) -> Owner:
+StrayReaper = Callable[[str | None, Path], int]
+"""A backend's `reap_strays(me, state_dir)`: removes dead runs' sandboxes outside the state folder."""
+
+
+def current_owner(state_dir: Path, expiry_s: float, strays: StrayReaper | None = None) -> Owner:
     """This process's owner record, written once to `state_dir/RUN/owner.json` of each state folder,
-    after the run's lock `state_dir/RUN.lock` is taken; the first time, dead runs are reaped, their
-    containers too unless `containers` is False (a run on bubblewrap does not ask the Docker daemon)."""
+    after the run's lock `state_dir/RUN.lock` is taken; the first time, dead runs are reaped, with what
+    `strays` (the backend's `reap_strays`) removes outside the folder (a Docker run's containers)."""
     global _owner
     with _owner_lock:
         if _owner is None or _owner.pid != os.getpid():  # a forked child is a run of its own
@@ -158,21 +162,8 @@ def current_owner(state_dir: Path, expiry_s: float, containers: bool = True) -> 
             tmp = run_dir / f".owner.json.{owner.pid}"
             tmp.write_text(owner.model_dump_json())
             tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written
-            reap(state_dir, _docker_client() if containers else None)  # what dead runs left
+            reap(state_dir, strays)  # what dead runs left
         return owner
-
-
-def _docker_client() -> object | None:
-    import docker
-    import docker.errors
-    import requests.exceptions
-
-    try:
-        client = docker.from_env(timeout=5)
-        client.ping()
-    except (docker.errors.DockerException, requests.exceptions.RequestException):
-        return None
-    return client
 
 
 # ---- closing on exit and on signals ---------------------------------------------------------------
@@ -237,17 +228,18 @@ class ReapReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     containers: int = 0
+    """Sandboxes removed outside the state folder (a backend's `reap_strays`: Docker's containers)."""
     groups: int = 0
     run_dirs: int = 0
 
 
-def reap(state_dir: Path, docker_client: object | None = None) -> ReapReport:
+def reap(state_dir: Path, strays: StrayReaper | None = None) -> ReapReport:
     """Removes every sandbox, control group and state folder whose owner run is dead (see the module's
     docstring for how that is known), and logs why."""
     report = ReapReport()
     me = _owner.run_id if _owner is not None else None
-    if docker_client is not None:  # first: a run's containers, while its lock file still tells of it
-        report.containers = _reap_containers(docker_client, me, state_dir)
+    if strays is not None:  # first: a run's containers, while its lock file still tells of it
+        report.containers = strays(me, state_dir)
     for run_id in _runs_in(state_dir):
         if run_id != me:
             _reap_run(state_dir, run_id, report)
@@ -270,7 +262,7 @@ def _reap_run(state_dir: Path, run_id: str, report: ReapReport) -> None:
         owner: Owner | None = Owner.model_validate_json((run_dir / "owner.json").read_text())
     except (OSError, ValueError):
         owner = None
-    with _dead(owner, state_dir / f"{run_id}.lock") as reason:
+    with dead_run(owner, state_dir / f"{run_id}.lock") as reason:
         if reason is None:
             return
         for group in cgroups.run_groups(run_id):
@@ -279,11 +271,11 @@ def _reap_run(state_dir: Path, run_id: str, report: ReapReport) -> None:
         shutil.rmtree(run_dir, ignore_errors=True)
         (state_dir / f"{run_id}.lock").unlink(missing_ok=True)
         report.run_dirs += 1
-        _log(state_dir, run_id, f"its folder and control groups removed: {reason}")
+        log_reaped(state_dir, run_id, f"its folder and control groups removed: {reason}")
 
 
 @contextmanager
-def _dead(owner: Owner | None, lock: Path | None) -> Iterator[str | None]:
+def dead_run(owner: Owner | None, lock: Path | None) -> Iterator[str | None]:
     """Why the run is dead for sure, else None; the run's lock, when it could be taken, is held until
     the caller has removed what the run left (a run cannot come back to life meanwhile)."""
     if owner is not None and owner.host != socket.gethostname():
@@ -324,7 +316,7 @@ def _dead_without_lock(owner: Owner | None) -> str | None:
     return None  # an owner of old, without start ticks, is alive while its pid is
 
 
-def _log(state_dir: Path, run_id: str, what: str) -> None:
+def log_reaped(state_dir: Path, run_id: str, what: str) -> None:
     line = f"{time.strftime('%Y-%m-%dT%H:%M:%S')} pid {os.getpid()} reaped {run_id}: {what}"
     LOG.info(line)
     try:
@@ -332,28 +324,3 @@ def _log(state_dir: Path, run_id: str, what: str) -> None:
             log.write(line + "\n")
     except OSError:
         pass
-
-
-def _reap_containers(client: object, me: str | None, state_dir: Path) -> int:
-    import docker.errors
-
-    removed = 0
-    # Runs that start together reap the same leftovers: a container may vanish under our feet.
-    listed = client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)  # type: ignore[attr-defined]
-    for container in listed:
-        try:
-            owner = Owner.from_labels(container.labels)
-        except (KeyError, ValueError):
-            continue  # not a run's as this harness labels them: never decided on a label it cannot read
-        if owner.run_id == me:
-            continue
-        with _dead(owner, Path(owner.lock) if owner.lock else None) as reason:
-            if reason is None:
-                continue
-            try:
-                container.remove(force=True)
-                removed += 1
-                _log(state_dir, owner.run_id, f"container {container.name} removed: {reason}")
-            except docker.errors.APIError:  # already gone, or another run's reaper is removing it (409)
-                pass
-    return removed

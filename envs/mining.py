@@ -27,11 +27,11 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs.factory import resolve_backend
+from envs.backends import resolve_backend
 from envs.grading import grade_patch
 from envs.judge import base_modules
 from envs.python_env import EnvBuildError
-from envs.sandbox import SandboxConfig
+from envs.sandbox import BackendName, SandboxConfig
 from envs.synthesis import SandboxPytest, sandbox_starter
 from envs.task_env import env_key
 from envs.validation import validate_task
@@ -83,7 +83,7 @@ class MineConfig(BaseModel):
     """Only commits after this date (git's `--since`, e.g. 2024-01-01)."""
     until: str | None = None
     """Only commits before this date (git's `--until`)."""
-    backend: Literal["auto", "docker", "bwrap"] = "auto"
+    backend: BackendName = "auto"
     """The sandbox backend the tests run and the tasks validate on."""
     run_timeout_s: float = Field(default=300.0, gt=0)
     """Time limit of one run of a commit's changed test modules (at the parent or at the commit)."""

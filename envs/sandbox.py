@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Annotated, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 WORKDIR = "/repo"
 """Where the repository lives inside every sandbox, on every backend."""
+BACKENDS: dict[str, str] = {
+    "docker": "envs.docker_backend:DockerBackend",
+    "bwrap": "envs.bwrap_backend:BwrapBackend",
+    "podman": "envs.podman_backend:PodmanBackend",
+    "remote": "envs.remote_backend:RemoteBackend",
+}
+"""The sandbox backends by name: the dotted path of each one's class (`envs.backends.Backend`), imported
+on first use. `auto` takes the first of them, in this order, that the host can run. Adding a backend is a
+module of its own and a row here."""
+
+
+def known_backend(name: str) -> str:
+    """`name` if it is `auto` or a row of `BACKENDS` (read when settings are, so a row added later counts)."""
+    if name != "auto" and name not in BACKENDS:
+        raise ValueError(f"unknown sandbox backend {name!r}: expected auto or one of {', '.join(BACKENDS)}")
+    return name
+
+
+BackendName = Annotated[str, AfterValidator(known_backend)]
+"""A setting naming a sandbox backend."""
 
 
 class SandboxError(RuntimeError):
@@ -24,8 +44,10 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    backend: Literal["auto", "docker", "bwrap"] = "auto"
-    """`auto` picks Docker when a daemon answers, else bubblewrap."""
+    backend: BackendName = "auto"
+    """A name of `BACKENDS` (`docker`, `bwrap`, `podman`), or `auto`: the first of them the host can run
+    (Docker when a daemon answers, else bubblewrap, else Podman), worked out once per process
+    (`envs.backends.resolve_backend`)."""
     image: str = "harness-sandbox:latest"
     """Docker image of the sandbox (built from the project's Dockerfile)."""
     memory_mb: int = Field(default=2048, ge=64)
@@ -61,6 +83,11 @@ class SandboxConfig(BaseModel):
     """Host user id a bubblewrap sandbox's processes run as when the harness runs as root: an account that
     owns nothing (the sandbox's own user, uid 1000 inside, maps to it). A harness run by another user maps
     the sandbox to that user. Docker sandboxes run as the image's user, host uid 1000."""
+    remote: list[str] = Field(default_factory=list)
+    """remote: the sandbox servers (`harness sandbox-server`) as host:port; each start asks them in turn,
+    from a different first one each time, and skips one that does not answer or is full."""
+    remote_secret: Path | None = None
+    """remote: the file of the fleet's secret the servers were started with (32 bytes or more, mode 600)."""
 
 
 class CommandResult(BaseModel):

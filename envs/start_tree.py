@@ -23,7 +23,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-from envs.factory import resolve_backend, start_task_sandbox
+from envs.backends import resolve_backend
+from envs.factory import start_task_sandbox
 from envs.python_env import locked_beside
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError
 from tasks.model import Task

@@ -20,8 +20,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from envs.backends import backend
 from envs.build_metadata import backend_environment
-from envs.factory import resolve_backend, start_sandbox
+from envs.factory import start_sandbox
 from envs.grading import GRADER_INI
 from envs.grading import RUNNER as GRADE_RUNNER
 from envs.judge import base_modules
@@ -29,7 +30,7 @@ from envs.python_env import tracer_module
 from envs.remote import ExecutorSandbox
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from envs.start_tree import run_commands
-from envs.task_env import build_environment, env_key
+from envs.task_env import env_key
 from envs.validation import Validation, validate_task
 from tasks.environment import Environment
 from tasks.suite import load_task
@@ -187,11 +188,10 @@ def sandbox_starter(
     key = config.model_dump_json(include={"backend", "image", "python_env"})
     if environment is None:
         return lambda: start_sandbox(config, repo), key
-    backend = resolve_backend(config.backend)
-    built = build_environment(environment, backend, config.image, quiet=True)
-    image = built if backend == "docker" else None
-    if backend != "docker":
-        config = config.model_copy(update={"python_env": Path(built)})
+    chosen = backend(config.backend)
+    config, image = chosen.in_environment(
+        chosen.build_environment(environment, config.image, None, True), config
+    )
     commands = environment.setup_commands()
 
     def start() -> ExecutorSandbox:

@@ -24,9 +24,8 @@ import sysconfig
 import venv
 from pathlib import Path
 
-from envs.docker import ensure_image
 from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError, harness_cache, locked_beside
-from envs.sandbox import SandboxConfig
+from envs.sandbox import SandboxError
 from tasks.environment import Environment
 from tasks.model import Task
 
@@ -180,22 +179,7 @@ def _record(folder: Path, environment: Environment, pip: list[str], target: Path
     (folder / MARKER).write_text(json.dumps(record, indent=1))
 
 
-def build_task_env(task: Task, config: SandboxConfig, quiet: bool = False) -> str:
-    """Builds `task`'s environment for `config`'s backend (resolved, not auto); returns its folder (bwrap)
-    or its image (docker, built offline from the context here)."""
-    environment = task.environment
-    if environment is None:
-        raise EnvBuildError(f"task {task.id} has no environment of its own")
-    if config.backend == "docker" and task.image is not None and task.image_build is not None:
-        ensure_image(task.image, task.image_build)
-    return build_environment(environment, config.backend, task.image or config.image, quiet)
-
-
-def build_environment(environment: Environment, backend: str, base_image: str, quiet: bool = False) -> str:
-    """Builds `environment` for `backend` (resolved, not auto): its folder (bwrap), or its image on
-    `base_image` (docker, built offline from the context here)."""
-    if backend != "docker":
-        return str(build_bwrap_env(environment, quiet))
-    image, context = docker_env_image(environment, base_image)
-    ensure_image(image, context)
-    return image
+def not_built(task: Task) -> SandboxError:
+    return SandboxError(
+        f"task {task.id}: its environment is not built: run `harness env build --suite SUITE`"
+    )

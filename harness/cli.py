@@ -17,13 +17,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from envs.factory import resolve_backend, start_sandbox
+from envs.backends import reap_strays_everywhere, resolve_backend
+from envs.factory import build_task_env, start_sandbox
 from envs.grading import Grade, grade_patch
 from envs.lifecycle import install_signal_handlers, reap
 from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.reward import RewardConfig
+from envs.sandbox import BACKENDS as SANDBOX_BACKENDS
 from envs.sandbox import SandboxConfig, SandboxError
-from envs.task_env import build_task_env
+from envs.sandbox_server import add_arguments as add_server_arguments
+from envs.sandbox_server import serve as serve_sandboxes
 from envs.validation import Validation, validate_task
 from harness.agent.trajectory import Trajectory
 from harness.config import ConfigError, commented_yaml, load_config
@@ -116,9 +119,7 @@ def cmd_sandbox_shell(args: argparse.Namespace) -> int:
 
 def cmd_sandbox_reap(args: argparse.Namespace) -> int:
     config = SandboxConfig()
-    from envs.docker import client, daemon_answers
-
-    report = reap(config.state_dir, client() if daemon_answers() else None)
+    report = reap(config.state_dir, reap_strays_everywhere)
     print(report.model_dump_json())
     return 0
 
@@ -150,7 +151,7 @@ def cmd_env_build(args: argparse.Namespace) -> int:
 def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
     """Builds the environment of every task of `suite` that has one, once per distinct environment; a line
     each: the task ids, then the folder or image. 1 when one fails (its error on stderr)."""
-    config = SandboxConfig(backend=resolve_backend(backend))  # type: ignore[arg-type]
+    config = SandboxConfig(backend=resolve_backend(backend))
     by_environment: dict[str, list[Task]] = {}
     for task in load_suite(suite):
         if task.environment is not None:
@@ -181,7 +182,11 @@ def installed_version() -> str:
         return "unknown (not installed)"
 
 
-BACKENDS = ["auto", "docker", "bwrap"]
+def backend_choices() -> list[str]:
+    """`auto` and the rows of the backend table, read when the parser is built."""
+    return ["auto", *SANDBOX_BACKENDS]
+
+
 """The sandbox backends a `--backend` flag takes (`auto`: Docker when its daemon answers, else bubblewrap)."""
 
 
@@ -211,7 +216,7 @@ def add_sandbox_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
     ):
         p = sandbox_sub.add_parser(name, help=help_text)
         p.add_argument(
-            "--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)"
+            "--backend", default="auto", choices=backend_choices(), help="the sandbox backend (default: auto)"
         )
         p.add_argument("--dir", default=None, help="folder copied into the sandbox's /repo")
         p.add_argument("--timeout", type=float, default=None, help="hard timeout of a command, seconds")
@@ -221,6 +226,9 @@ def add_sandbox_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser
         p.set_defaults(func=func)
     p = sandbox_sub.add_parser("reap", help="remove sandboxes left behind by dead runs")
     p.set_defaults(func=cmd_sandbox_reap)
+    p = sub.add_parser("sandbox-server", help="serve this host's sandboxes to rollouts on other hosts")
+    add_server_arguments(p)
+    p.set_defaults(func=serve_sandboxes)
 
 
 def add_tasks_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -232,7 +240,9 @@ def add_tasks_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.set_defaults(func=cmd_tasks_list)
     p = tasks_sub.add_parser("validate", help="grade each task's gold and empty patches, three times each")
     p.add_argument("--suite", default="builtin", help="a built-in suite's name or a suite folder")
-    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument(
+        "--backend", default="auto", choices=backend_choices(), help="the sandbox backend (default: auto)"
+    )
     p.add_argument("--tasks", default=None, help="comma-separated task ids (default: all)")
     p.add_argument("--repeats", type=int, default=3, help="gradings of each patch (default: 3)")
     p.add_argument("--concurrency", type=int, default=2, help="tasks validated at once (default: 2)")
@@ -251,7 +261,9 @@ def add_grade_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.add_argument("--suite", default="builtin", help="a built-in suite's name or a suite folder")
     p.add_argument("--task", required=True, help="the task's id")
     p.add_argument("--patch", required=True, help="a git-format patch file ('-' for stdin)")
-    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument(
+        "--backend", default="auto", choices=backend_choices(), help="the sandbox backend (default: auto)"
+    )
     p.add_argument(
         "--simplicity-lambda",
         type=float,
@@ -273,7 +285,9 @@ def add_rollout_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]
     p.add_argument("--tasks", default=None, help="comma-separated task ids")
     p.add_argument("--group-size", type=int, default=None, help="rollouts per task (G)")
     p.add_argument("--concurrency", type=int, default=None, help="episodes at once (C)")
-    p.add_argument("--backend", default=None, choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument(
+        "--backend", default=None, choices=backend_choices(), help="the sandbox backend (default: auto)"
+    )
     p.add_argument("--out", default=None, help="the run directory (runs/NAME)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument(
@@ -362,7 +376,7 @@ def add_demo_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -
         help="the main job on built-in defaults: build a tiny model, warm-start it, train it with GRPO",
     )
     demo.add_argument(
-        "--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)"
+        "--backend", default="auto", choices=backend_choices(), help="the sandbox backend (default: auto)"
     )
     demo.add_argument(
         "--out", type=Path, default=Path("runs/demo"), help="the run directory (default: runs/demo)"
@@ -567,7 +581,9 @@ def add_mine_command(tasks_sub: argparse._SubParsersAction[argparse.ArgumentPars
     p.add_argument("--max-commits", type=int, default=50, help="most commits scanned (default 50)")
     p.add_argument("--since", default=None, help="only commits after this date (git's --since)")
     p.add_argument("--until", default=None, help="only commits before this date (git's --until)")
-    p.add_argument("--backend", default="auto", choices=BACKENDS, help="the sandbox backend (default: auto)")
+    p.add_argument(
+        "--backend", default="auto", choices=backend_choices(), help="the sandbox backend (default: auto)"
+    )
     p.add_argument("--run-timeout", type=float, default=300.0, metavar="S", help="one test run (default 300)")
     p.add_argument("--test-timeout", type=float, default=60.0, metavar="S", help="one test (default 60)")
     p.add_argument("--no-validate", action="store_true", help="keep tasks without validating them")

@@ -16,30 +16,21 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from envs.factory import resolve_backend
+from envs.backends import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.gym import CodingEnv
+from policies.scripted import ScriptedCall, gold_calls
 from tasks.model import Task
-from tasks.patches import patch_as_edits
 from tasks.suite import load_suite
 from tools import Toolbox
 
 DEMO_TASK = "kvstore-001-expire-boundary"
 
 
-def scripted_actions(task: Task) -> list[dict[str, Any]]:
-    """What a competent agent does on this task: explore, reproduce, fix, verify, submit."""
-    edits = patch_as_edits(task.gold_patch or "")
-    actions: list[dict[str, Any]] = [
-        {"name": "list_dir", "arguments": {"path": "."}},
-        {"name": "run_tests", "arguments": {}},
-        {"name": "read_file", "arguments": {"path": edits[0].path, "start_line": 1, "end_line": 40}},
-    ]
-    actions += [
-        {"name": "edit", "arguments": {"path": e.path, "old_str": e.old, "new_str": e.new}} for e in edits
-    ]
-    actions += [{"name": "run_tests", "arguments": {}}, {"name": "submit", "arguments": {}}]
-    return actions
+def scripted_actions(task: Task) -> list[ScriptedCall]:
+    """What a competent agent does on this task: `scripted:gold`'s calls (explore, reproduce, fix through
+    the edit tool, verify), then submit."""
+    return [*gold_calls(task), ScriptedCall(name="submit")]
 
 
 def run_demo(backend: str = "auto", task_id: str = DEMO_TASK) -> int:
@@ -61,13 +52,13 @@ def run_demo(backend: str = "auto", task_id: str = DEMO_TASK) -> int:
     try:
         for turn, action in enumerate(scripted_actions(task), 1):
             started = time.perf_counter()
-            obs, reward, terminated, truncated, info = env.step(action)
+            obs, reward, terminated, truncated, info = env.step(action.model_dump())
             took = (time.perf_counter() - started) * 1000
-            args = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in action["arguments"].items())
+            args = ", ".join(f"{k}={str(v)[:40]!r}" for k, v in action.arguments.items())
             console.print(
                 Panel(
                     Text(obs.rstrip()[-1500:] or "(empty)"),  # Text: brackets in code are not markup
-                    title=f"turn {turn}: {action['name']}({args})",
+                    title=f"turn {turn}: {action.name}({args})",
                     subtitle=f"{took:.0f} ms",
                     border_style="red" if info.get("is_error") else "green",
                 )

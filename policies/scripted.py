@@ -4,12 +4,11 @@
   each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
   `scripted:gold-min` only applies the hunks and submits; `scripted:decoy` edits the same places wrongly
   (to `pass`) and submits, for warm starts on mixed demonstrations.
-- `scripted:hacker` never fixes anything: it tries every known way to a reward without a fix (the
-  future of the repository, the hidden tests' paths, test configuration, start-up hooks, pytest
-  plugins, pytest patched from the package, fake reports; `policies/hacker.py`), then submits.
-  `scripted:hacker-exit` and `scripted:hacker-kill` end the test process from the package instead.
 - `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
   submits.
+
+Any list of calls made from the task plays the same way (`BoundScript`): so do the tests' own scripts
+of exploits, which the product does not ship (tests/faults).
 
 The policy keeps no state between calls: the step it is on is counted from the conversation, and a
 self-summary records it (`[scripted-step N]`) so the next segment goes on from there.
@@ -25,7 +24,6 @@ import yaml
 from pydantic import BaseModel, ConfigDict, TypeAdapter, ValidationError
 
 from policies.base import ChatPolicy, ChatReply, SamplingParams, ToolCall
-from policies.hacker import HACKERS, hacker_calls
 from policies.spec import PolicySpecError
 from tasks.model import Task
 from tasks.patches import FilePatch, TextEdit, file_hunks, patched_text, split_patch, tighten
@@ -114,14 +112,12 @@ class ScriptedPolicy:
     def __init__(self, source: str) -> None:
         self.spec = f"scripted:{source}"
         self.source = source
-        named = ("gold", "gold-min", "decoy", *HACKERS)
+        named = ("gold", "gold-min", "decoy")
         self.script = None if source in named else load_script(Path(source))
 
     def calls(self, task: Task) -> list[ScriptedCall]:
         if self.script is not None:
             return self.script
-        if self.source in HACKERS:
-            return [ScriptedCall.model_validate(call) for call in hacker_calls(task, self.source)]
         calls = gold_calls(task, explore=self.source == "gold")
         if self.source == "decoy":  # the right place, the wrong fix: the edited lines become `pass`
             for call in calls:
@@ -137,33 +133,38 @@ class ScriptedPolicy:
 
     def for_task(self, task: Task) -> ChatPolicy:
         """This script for `task`: what an episode of it asks."""
-        return BoundScript(self, task)
+        return BoundScript(self.spec, self.calls(task))
 
     def reply(self, task: Task, done: int, summarizing: bool) -> ChatReply:
-        """The message after `done` steps of the script: the next call, or a self-summary that records
-        the step for the next segment."""
-        if summarizing:
-            return ChatReply(content=f"I ran {done} steps of my script so far. [scripted-step {done}]")
-        calls = self.calls(task)
-        call = calls[done] if done < len(calls) else ScriptedCall(name="submit")
-        return ChatReply(
-            content=f"Step {done + 1}: {call.name}.",
-            tool_calls=[ToolCall(name=call.name, arguments=call.arguments, id=f"call_{done}")],
-        )
+        """The message after `done` steps of this script for `task` (`script_reply`)."""
+        return script_reply(self.calls(task), done, summarizing)
+
+
+def script_reply(calls: list[ScriptedCall], done: int, summarizing: bool) -> ChatReply:
+    """The message after `done` steps of `calls`: the next call (submit once they are all made), or a
+    self-summary that records the step for the next segment."""
+    if summarizing:
+        return ChatReply(content=f"I ran {done} steps of my script so far. [scripted-step {done}]")
+    call = calls[done] if done < len(calls) else ScriptedCall(name="submit")
+    return ChatReply(
+        content=f"Step {done + 1}: {call.name}.",
+        tool_calls=[ToolCall(name=call.name, arguments=call.arguments, id=f"call_{done}")],
+    )
 
 
 class BoundScript:
-    """A scripted policy bound to one task (`ScriptedPolicy.for_task`); matches `ChatPolicy`."""
+    """The calls one episode plays (`ScriptedPolicy.for_task`, or any script made from a task), under the
+    policy name `spec`; matches `ChatPolicy`."""
 
     kind: Literal["chat"] = "chat"
 
-    def __init__(self, script: ScriptedPolicy, task: Task) -> None:
-        self.script, self.task, self.spec = script, task, script.spec
+    def __init__(self, spec: str, calls: list[ScriptedCall]) -> None:
+        self.spec, self.calls = spec, calls
 
     def respond(
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], params: SamplingParams
     ) -> ChatReply:
-        return self.script.reply(self.task, steps_done(messages), summarizing=not tools)
+        return script_reply(self.calls, steps_done(messages), summarizing=not tools)
 
 
 def steps_done(messages: list[dict[str, Any]]) -> int:

@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from envs.bwrap import bwrap_path, start_bwrap
-from envs.docker import daemon_answers, start_docker
+from envs.backends import backend as sandbox_backend
+from envs.factory import start_sandbox
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
 from tasks.suite import load_suite
@@ -129,11 +129,8 @@ def made_once(tmp_path_factory: pytest.TempPathFactory, name: str, make: Callabl
 
 
 def backend_missing(name: str) -> str | None:
-    if name == "docker" and not daemon_answers():
-        return "the Docker daemon does not answer"
-    if name == "bwrap" and bwrap_path() is None:
-        return "bwrap is not installed"
-    return None
+    """Why the host cannot run backend `name`, or None."""
+    return sandbox_backend(name).unavailable()
 
 
 def require_backend(name: str) -> None:
@@ -175,8 +172,7 @@ def make_sandbox(backend: str, sample_repo: Path) -> Iterator[Callable[..., Exec
 
     def make(source: Path | None = None, **overrides: object) -> ExecutorSandbox:
         config = SandboxConfig(backend=backend, **overrides)  # type: ignore[arg-type]
-        start = start_docker if backend == "docker" else start_bwrap
-        sandbox = start(config, source or sample_repo)
+        sandbox = start_sandbox(config, source or sample_repo)
         made.append(sandbox)
         return sandbox
 

@@ -4,13 +4,22 @@ imports itself back through another, and no function is longer than a screen (80
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
+
+from policies.spec import PolicySpecError, make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("harness", "envs", "tools", "policies", "summarizer", "tasks")
 LAYERS = ("agent", "rollouts", "training", "inspection")
 """harness/'s folders in the order data flows: each may import those before it, none after."""
 MAX_LINES = 80
+EXPLOITS = ("FORGERS", "HACK_MODULE", "PIPE_ANSWER", "hacker_calls")
+"""Names of the red team's exploits of the grader (tests/faults/hacker.py), which the product does not ship
+(issue 37, item 7); nor does it name the hackers."""
 
 
 def modules() -> dict[str, Path]:
@@ -80,3 +89,25 @@ def test_no_function_is_longer_than_80_lines() -> None:
                 if lines > MAX_LINES:
                     long.append(f"{name}.{node.name}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+def test_the_exploits_of_the_grader_stay_in_the_tests() -> None:
+    """No product module imports the tests or names the red team's exploits, no policy spec plays them,
+    and loading the policies and the rollouts loads none of the tests' modules."""
+    wrong = []
+    for name, path in modules().items():
+        text = path.read_text()
+        wrong += [f"{name} names {word}" for word in EXPLOITS if word in text]
+        wrong += [f"{name} names the hackers"] if "hacker" in text.lower() else []
+        for node in ast.walk(ast.parse(text)):
+            targets = [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            targets += [alias.name for alias in node.names] if isinstance(node, ast.Import) else []
+            wrong += [f"{name} imports {t}" for t in targets if t.split(".")[0] == "tests"]
+    assert not wrong, "\n".join(wrong)
+    with pytest.raises(PolicySpecError, match="scripted policy file hacker"):
+        make_policy("scripted:hacker")
+    probe = "import sys, policies.spec, policies.scripted, harness.rollouts.local; print(*sys.modules)"
+    loaded = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert not [m for m in loaded.stdout.split() if m.split(".")[0] == "tests"], loaded.stdout

@@ -21,6 +21,22 @@ SEEDS_PER_EPISODE = 1_000_003
 """The n-th generation of the episode with seed s is sampled with seed s * SEEDS_PER_EPISODE + n."""
 
 
+def opening_messages(system: str, task_prompt: str, summary: str | None = None) -> list[dict[str, Any]]:
+    """The messages a segment opens with: the system prompt and the task; after a self-summary, the task
+    with that summary (`summarizer.resume_messages`)."""
+    if summary is None:
+        return [{"role": "system", "content": system}, {"role": "user", "content": task_prompt}]
+    return resume_messages(system, task_prompt, summary)
+
+
+def prompt_ids(
+    fmt: ChatFormat, system: str, task_prompt: str, tools: list[dict[str, Any]], summary: str | None = None
+) -> list[int]:
+    """The ids a token episode's segment opens with, given the episode's tool schemas: the one place a
+    segment's prompt is built, for the rollout and for whatever rebuilds it (hint rollouts' students)."""
+    return fmt.prompt_ids(opening_messages(system, task_prompt, summary), tools)
+
+
 class TokenConversation:
     """Keeps the exact ids of the current segment; every message after the first is a tokenized delta."""
 
@@ -45,7 +61,7 @@ class TokenConversation:
         self.context: list[int] = []
         self.generations = 0
         self.verified = True
-        self._open([{"role": "system", "content": system}, {"role": "user", "content": task_prompt}])
+        self._open(None)
 
     @property
     def segment(self) -> Segment:
@@ -54,8 +70,12 @@ class TokenConversation:
     def context_tokens(self) -> int:
         return len(self.context)
 
-    def _open(self, messages: list[dict[str, Any]]) -> None:
-        prompt = self.format.prompt_ids(messages, self.tools)
+    def total_tokens(self) -> int:
+        """Every token of every segment so far, summaries included."""
+        return sum(s.token_count() for s in self.segments)
+
+    def _open(self, summary: str | None) -> None:
+        prompt = prompt_ids(self.format, self.system, self.task_prompt, self.tools, summary)
         self.segments.append(Segment(index=len(self.segments), prompt_ids=prompt))
         self.context = list(prompt)
         self._reply_pending = False
@@ -123,7 +143,7 @@ class TokenConversation:
         turn, _ = self.generate(self.summary_config.max_summary_tokens, kind="summary")
         closed = self.segment.index
         self._verify()
-        self._open(resume_messages(self.system, self.task_prompt, turn.text))
+        self._open(turn.text)
         summary = Summary(
             segment=closed, text=turn.text, tokens_before=before, tokens_after=len(self.context)
         )
@@ -160,19 +180,24 @@ class ChatConversation:
         self.verified = True
         self.generations = 0
         self._reported = 0
-        self._open([{"role": "system", "content": system}, {"role": "user", "content": task_prompt}])
+        self._open(None)
 
     @property
     def segment(self) -> Segment:
         return self.segments[-1]
 
-    def _open(self, messages: list[dict[str, Any]]) -> None:
+    def _open(self, summary: str | None) -> None:
+        messages = opening_messages(self.system, self.task_prompt, summary)
         self.segments.append(Segment(index=len(self.segments), messages=messages))
         self._reported = 0
 
     def context_tokens(self) -> int:
         estimate = sum(len(json.dumps(m)) for m in self.segment.messages) // CHARS_PER_TOKEN
         return max(self._reported, estimate)
+
+    def total_tokens(self) -> int:
+        """The tokens of each closed segment when it was summarized, and of the current one."""
+        return sum(s.tokens_before for s in self.summaries) + self.context_tokens()
 
     def generate(
         self, max_new_tokens: int | None = None, kind: str = "action"
@@ -224,7 +249,7 @@ class ChatConversation:
         before = self.context_tokens()
         turn, _ = self.generate(self.summary_config.max_summary_tokens, kind="summary")
         closed = self.segment.index
-        self._open(resume_messages(self.system, self.task_prompt, turn.text))
+        self._open(turn.text)
         summary = Summary(
             segment=closed, text=turn.text, tokens_before=before, tokens_after=self.context_tokens()
         )

@@ -3,9 +3,11 @@
 Each turn the model generates; its tool call is parsed (from `<tool_call>` text, or native for chat
 policies) and run through the tools; the result is appended as the tool's message. When the segment's
 context passes the summary budget the model summarizes its progress and goes on from a new segment.
-The episode ends on submit, or on a limit (turns, total tokens, wall time). A bad tool call becomes an
-error observation and is counted; only the harness's own failures (`SandboxUnusable`, a sampler
-error) end the episode early, as an infra error, raised to the caller.
+The episode ends on submit, or on a limit (turns, total tokens of a token policy's episode, wall time).
+A bad tool call becomes an error observation and is counted; only the harness's own failures
+(`SandboxUnusable`, a sampler error) end the episode early, as an infra error, raised to the caller.
+A turn and the limits are `LiveEpisode`'s: `run_episode` drives it here, `harness.gym.CodingEnv` one
+action at a time.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from harness.agent.parsing import checked, parse_tool_call
 from harness.agent.trajectory import Metrics, ParsedCall, Segment, Status, Summary, Turn
 from policies.base import Policy, SamplingParams, Scripted
 from summarizer import SummaryConfig, should_summarize
-from tasks.model import Limits, Task
+from tasks.model import Task
 from tools import Toolbox
 
 SYSTEM_PROMPT = (
@@ -64,17 +66,24 @@ class Episode(BaseModel):
     tools_s: float
 
 
-def _limit_reached(
-    conv: TokenConversation | ChatConversation, turns: int, max_turns: int, limits: Limits, elapsed_s: float
-) -> str | None:
-    """Which limit ends the episode before its next turn, if one does."""
-    if turns >= max_turns:
-        return f"max_turns ({max_turns})"
-    if conv.trainable and sum(s.token_count() for s in conv.segments) >= limits.max_tokens:
-        return f"max_tokens ({limits.max_tokens})"
-    if elapsed_s >= limits.wall_time_s:
-        return f"wall_time ({limits.wall_time_s:.0f}s)"
-    return None
+Conversation = TokenConversation | ChatConversation
+
+
+def open_conversation(
+    task: Task,
+    policy: Policy,
+    toolbox: Toolbox,
+    config: LoopConfig,
+    sampling: SamplingParams,
+    summary: SummaryConfig,
+    seed: int,
+) -> Conversation:
+    """The episode's context at its start: the system prompt, the task and the episode's own tools."""
+    tools = toolbox.schemas()
+    if policy.kind == "token":
+        return TokenConversation(policy, config.system_prompt, task.prompt(), tools, sampling, summary, seed)
+    chat = policy.for_task(task) if isinstance(policy, Scripted) else policy  # only a script sees the task
+    return ChatConversation(chat, config.system_prompt, task.prompt(), tools, sampling, summary, seed)
 
 
 def _act(
@@ -98,16 +107,75 @@ def _act(
     return text, submitted
 
 
-def _count_tokens(conv: TokenConversation | ChatConversation, metrics: Metrics) -> None:
-    """The episode's summaries and token counts into `metrics`."""
-    metrics.summaries = len(conv.summaries)
-    metrics.generated_tokens = sum(len(t.generated_ids) for s in conv.segments for t in s.turns)
-    if conv.trainable:
-        metrics.total_tokens = sum(s.token_count() for s in conv.segments)
-        metrics.max_context_tokens = max(s.token_count() for s in conv.segments)
-    else:
-        metrics.total_tokens = sum(s.tokens_before for s in conv.summaries) + conv.context_tokens()
-        metrics.max_context_tokens = max([s.tokens_before for s in conv.summaries] + [conv.context_tokens()])
+class LiveEpisode:
+    """An episode between its turns: `step` plays one turn (generate, run the tool call, observe, summarize
+    when the context is over budget), `limit` says which limit ends the episode before its next turn, and
+    `result` is the finished episode. `run_episode` drives it, and so does `harness.gym.CodingEnv`."""
+
+    def __init__(
+        self,
+        task: Task,
+        conv: Conversation,
+        toolbox: Toolbox,
+        sandbox: Sandbox,
+        config: LoopConfig,
+        summary: SummaryConfig,
+    ) -> None:
+        self.conv, self.toolbox, self.sandbox, self.summary = conv, toolbox, sandbox, summary
+        self.limits = task.limits
+        self.max_turns = config.max_turns or task.limits.max_turns
+        self.metrics = Metrics()
+        self.started = time.monotonic()
+        self.tools_s = 0.0
+        self.submitted = False
+
+    def limit(self) -> str | None:
+        """Which limit ends the episode before its next turn, if one does."""
+        if self.metrics.turns >= self.max_turns:
+            return f"max_turns ({self.max_turns})"
+        if self.conv.trainable and self.conv.total_tokens() >= self.limits.max_tokens:
+            return f"max_tokens ({self.limits.max_tokens})"
+        if time.monotonic() - self.started >= self.limits.wall_time_s:
+            return f"wall_time ({self.limits.wall_time_s:.0f}s)"
+        return None
+
+    def step(self) -> Turn:
+        """One turn: the policy's message, its tool call run in the sandbox, the result observed, and a
+        self-summary when the context has passed its budget (not after a submit)."""
+        turn, native_call = self.conv.generate()
+        self.metrics.turns += 1
+        text, self.submitted = _act(turn, native_call, self.toolbox, self.sandbox, self.metrics)
+        self.tools_s += turn.tool_s
+        self.conv.observe(turn, text)
+        if not self.submitted and should_summarize(
+            self.conv.context_tokens(), len(self.conv.segment.turns), self.summary
+        ):
+            self.conv.summarize()
+        return turn
+
+    def result(self, limit: str | None) -> Episode:
+        """The episode as it ended: submitted, or cut off by `limit`."""
+        conv, metrics = self.conv, self.metrics
+        metrics.summaries = len(conv.summaries)
+        metrics.generated_tokens = sum(len(t.generated_ids) for s in conv.segments for t in s.turns)
+        metrics.total_tokens = conv.total_tokens()
+        if conv.trainable:
+            metrics.max_context_tokens = max(s.token_count() for s in conv.segments)
+        else:
+            metrics.max_context_tokens = max(
+                [s.tokens_before for s in conv.summaries] + [conv.context_tokens()]
+            )
+        return Episode(
+            segments=conv.segments,
+            summaries=conv.summaries,
+            status="ok" if self.submitted else "limit",
+            status_reason=None if self.submitted else limit,
+            metrics=metrics,
+            trainable=conv.trainable,
+            ids_verified=conv.verified,
+            generate_s=sum(t.generate_s for s in conv.segments for t in s.turns),
+            tools_s=self.tools_s,
+        )
 
 
 def run_episode(
@@ -122,49 +190,15 @@ def run_episode(
     stop: threading.Event | None = None,
     on_turn: Callable[[int], Any] | None = None,
 ) -> Episode:
-    tools = toolbox.schemas()
-    prompt = task.prompt()
-    conv: TokenConversation | ChatConversation
-    if policy.kind == "token":
-        conv = TokenConversation(policy, config.system_prompt, prompt, tools, sampling, summary, seed)
-    else:
-        chat = (
-            policy.for_task(task) if isinstance(policy, Scripted) else policy
-        )  # only a script sees the task
-        conv = ChatConversation(chat, config.system_prompt, prompt, tools, sampling, summary, seed)
-    max_turns = config.max_turns or task.limits.max_turns
-    metrics = Metrics()
-    started = time.monotonic()
-    status: Status = "limit"
-    reason: str | None = None
-    tools_s = 0.0
-    while True:
+    conv = open_conversation(task, policy, toolbox, config, sampling, summary, seed)
+    live = LiveEpisode(task, conv, toolbox, sandbox, config, summary)
+    while not live.submitted:
         if stop is not None and stop.is_set():
             raise Stopped
-        reason = _limit_reached(conv, metrics.turns, max_turns, task.limits, time.monotonic() - started)
-        if reason is not None:
-            break
-        turn, native_call = conv.generate()
-        metrics.turns += 1
-        text, submitted = _act(turn, native_call, toolbox, sandbox, metrics)
-        tools_s += turn.tool_s
-        conv.observe(turn, text)
+        limit = live.limit()
+        if limit is not None:
+            return live.result(limit)
+        live.step()
         if on_turn is not None:
-            on_turn(metrics.turns)
-        if submitted:
-            status, reason = "ok", None
-            break
-        if should_summarize(conv.context_tokens(), len(conv.segment.turns), summary):
-            conv.summarize()
-    _count_tokens(conv, metrics)
-    return Episode(
-        segments=conv.segments,
-        summaries=conv.summaries,
-        status=status,
-        status_reason=reason,
-        metrics=metrics,
-        trainable=conv.trainable,
-        ids_verified=conv.verified,
-        generate_s=sum(t.generate_s for s in conv.segments for t in s.turns),
-        tools_s=tools_s,
-    )
+            on_turn(live.metrics.turns)
+    return live.result(None)

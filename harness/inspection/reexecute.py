@@ -22,7 +22,7 @@ from rich.rule import Rule
 from rich.syntax import Syntax
 from rich.text import Text
 
-from envs.factory import resolve_backend
+from envs.backends import resolve_backend
 from envs.grading import AgentTreeError, Grade, collect_patch, grade_patch, tree_failure
 from envs.sandbox import Sandbox
 from harness.agent.parsing import parse_tool_call

@@ -10,13 +10,15 @@ import zlib
 from collections.abc import Callable
 from typing import Protocol
 
-from envs.factory import resolve_backend, start_task_sandbox
+from envs.backends import backend, resolved
+from envs.factory import start_task_sandbox
 from envs.grading import AgentTreeError, Grade, collect_patch, grade_patch, tree_failure
 from envs.lifecycle import current_owner
 from envs.replacing import ReplacingSandbox
+from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.start_tree import run_setup
-from harness.agent.loop import Stopped, run_episode
+from harness.agent.loop import Episode, Stopped, run_episode
 from harness.agent.trajectory import Timings, Trajectory
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.grade_cache import GradeCache, grade_key
@@ -53,10 +55,11 @@ class SandboxPool:
 
     def __init__(self, config: SandboxConfig) -> None:
         try:
-            config = config.model_copy(update={"backend": resolve_backend(config.backend)})
+            config = resolved(config)
+            strays = backend(config.backend).reap_strays
         except SandboxError:
-            pass  # no backend at all: every start fails, as an infra error
-        current_owner(config.state_dir, config.expiry_s, containers=config.backend != "bwrap")
+            strays = None  # no backend at all: every start fails, as an infra error
+        current_owner(config.state_dir, config.expiry_s, strays)
         self.config = config
         self.idle: dict[str, list[ReplacingSandbox]] = {}
         self.busy: set[ReplacingSandbox] = set()
@@ -98,14 +101,35 @@ def task_sandbox(task: Task, config: SandboxConfig) -> ReplacingSandbox:
     return ReplacingSandbox(lambda: start_task_sandbox(task, config))
 
 
+class SandboxLost(SandboxError):
+    """The sandbox was killed from outside and the agent's work died with it: the harness's failure."""
+
+
+def read_patch(sandbox: ReplacingSandbox, task: Task, config: SandboxConfig) -> str | Grade:
+    """The agent's changes as a patch, read from its sandbox after the episode (before the sandbox is
+    reused), or the grade they get unread: 0 when the agent's tree cannot be read (`AgentTreeError`, the
+    agent's doing). Raises `SandboxError` when the sandbox failed, `SandboxLost` when it was replaced and
+    the agent's work lost."""
+    try:
+        patch = collect_patch(sandbox, task, config)
+    except AgentTreeError as e:
+        return tree_failure(task, e)
+    if sandbox.lost is not None:
+        raise SandboxLost(f"sandbox lost with the repository: {sandbox.lost}")
+    return patch
+
+
 def graded(
-    task: Task, patch: str, sandbox: SandboxConfig, config: RolloutConfig, grades: GradeCache | None
+    task: Task, patch: str | Grade, sandbox: SandboxConfig, reward: RewardConfig, grades: GradeCache | None
 ) -> Grade:
-    """`patch`'s grade: the batch's grade of the same patch when there is one and `reuse_grades`."""
-    if grades is None or not config.reuse_grades:
-        return grade_patch(task, patch, sandbox, config.reward)
-    key = grade_key(task, patch, config.reward, sandbox)
-    return grades.grade(key, lambda: grade_patch(task, patch, sandbox, config.reward))
+    """The grade of what `read_patch` read, in a fresh sandbox: the grade `grades` (the batch's) holds of
+    the same patch when there is one."""
+    if isinstance(patch, Grade):
+        return patch
+    if grades is None:
+        return grade_patch(task, patch, sandbox, reward)
+    key = grade_key(task, patch, reward, sandbox)
+    return grades.grade(key, lambda: grade_patch(task, patch, sandbox, reward))
 
 
 def episode_seed(seed: int, task_id: str, sample: int) -> int:
@@ -148,11 +172,11 @@ def run_one(
         episode = run_episode(
             task, policy, toolbox, sandbox, config.loop, config.sampling, config.summary, seed, stop
         )
-        patch: str | Grade = collect_patch(sandbox, task, pool.config)  # read before the sandbox goes back
-    except AgentTreeError as e:  # the agent's tree cannot be read: its grade is 0, not an infra error
-        patch = tree_failure(task, e)
+        patch = read_patch(sandbox, task, pool.config)  # read before the sandbox goes back
     except Stopped:
         raise
+    except SandboxLost as e:
+        return _infra(trajectory, str(e), started)
     except SandboxError as e:
         if stop.is_set():
             raise Stopped from e
@@ -161,14 +185,19 @@ def run_one(
         if stop.is_set():
             raise Stopped from e
         return _infra(trajectory, f"{type(e).__name__}: {e}", started)
-    else:
-        if sandbox.lost is not None:  # the agent's work died with a sandbox killed from outside
-            return _infra(trajectory, f"sandbox lost with the repository: {sandbox.lost}", started)
     finally:
         pool.release(task, sandbox)
     graded_at = time.monotonic()
-    grade = patch if isinstance(patch, Grade) else graded(task, patch, pool.config, config, grades)
-    trajectory = trajectory.model_copy(
+    grade = graded(task, patch, pool.config, config.reward, grades if config.reuse_grades else None)
+    trajectory = _finished(trajectory, episode, patch, grade)
+    trajectory.timings.grade_s = time.monotonic() - graded_at
+    trajectory.timings.duration_s = time.monotonic() - started
+    return trajectory
+
+
+def _finished(trajectory: Trajectory, episode: Episode, patch: str | Grade, grade: Grade) -> Trajectory:
+    """The trajectory with its episode and grade; an infra error where grading failed for the harness."""
+    done = trajectory.model_copy(
         update={
             "segments": episode.segments,
             "summaries": episode.summaries,
@@ -181,11 +210,9 @@ def run_one(
             "ids_verified": episode.ids_verified,
         }
     )
-    trajectory.timings.generate_s = episode.generate_s
-    trajectory.timings.tools_s = episode.tools_s
-    trajectory.timings.grade_s = time.monotonic() - graded_at
-    trajectory.timings.duration_s = time.monotonic() - started
-    return trajectory
+    done.timings.generate_s = episode.generate_s
+    done.timings.tools_s = episode.tools_s
+    return done
 
 
 def _infra(trajectory: Trajectory, reason: str, started: float) -> Trajectory:

@@ -14,6 +14,7 @@ import asyncio
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import yaml
 from pydantic import ValidationError
@@ -125,9 +126,8 @@ def rollout(
         check_spec(config.policy)  # before the run's folder is written
     store = RunStore(config.out)
     check_continues(store, config)
-    latest = last_tries(store.create(config))
-    done = {key for key, t in latest.items() if t.status != "infra_error" or not retry_infra_errors}
-    jobs = [(t, k) for t in tasks for k in range(config.group_size) if (t.id, k) not in done]
+    every = [(t, k) for t in tasks for k in range(config.group_size)]
+    jobs = resume_jobs(every, last_tries(store.create(config)), retry_infra_errors).todo
     count = 0
     if on_progress is not None:
         on_progress(0, len(jobs), None)
@@ -154,6 +154,32 @@ def _cause(trajectory: Trajectory) -> str:
 def last_tries(trajectories: Iterable[Trajectory]) -> dict[tuple[str, int], Trajectory]:
     """(task id, sample index) -> its last trajectory in the run: a retried episode's new try."""
     return {(t.task_id, t.sample_index): t for t in trajectories}
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """A batch of jobs on resume: what the run already holds and what is left to run."""
+
+    done: list[Trajectory]
+    """The last try of each job the run holds, in the jobs' order."""
+    todo: list[Job]
+    """The jobs to run, in their order."""
+
+
+def resume_jobs(
+    jobs: list[Job], latest: dict[tuple[str, int], Trajectory], retry_infra_errors: bool
+) -> Resumed:
+    """`jobs` split by what the run holds (`latest`, from `last_tries`): a job with a try is done, unless
+    its last try ended in `infra_error` and `retry_infra_errors` (then it runs again, its failed line kept
+    before the new one). The one filter of every resumed run: `harness rollout`, training steps, hints."""
+
+    def done(key: tuple[str, int]) -> bool:
+        return key in latest and not (retry_infra_errors and latest[key].status == "infra_error")
+
+    return Resumed(
+        done=[latest[(t.id, k)] for t, k in jobs if done((t.id, k))],
+        todo=[(t, k) for t, k in jobs if not done((t.id, k))],
+    )
 
 
 def check_continues(store: RunStore, config: RolloutConfig) -> None:

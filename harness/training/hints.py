@@ -16,12 +16,13 @@ from typing import Any
 
 import torch
 
+from harness.agent.conversation import prompt_ids
 from harness.agent.trajectory import Trajectory
+from harness.rollouts.config import RolloutConfig
 from harness.training.credit import surprisal_gate
 from harness.training.learner import Row
 from harness.training.teacher import CreditConfig, teacher_logprobs
 from policies.chat_format import ChatFormat
-from summarizer import resume_messages
 from tasks.model import HINT_SUFFIX, Task
 from tools import Toolbox
 
@@ -47,14 +48,16 @@ def failed_groups(trajectories: Sequence[Trajectory]) -> dict[str, float]:
     }
 
 
-def student_prompts(trajectory: Trajectory, fmt: ChatFormat, system: str, task: Task) -> list[list[int]]:
+def student_prompts(
+    trajectory: Trajectory, fmt: ChatFormat, task: Task, rollout: RolloutConfig
+) -> list[list[int]]:
     """The prompt ids each segment of a hint rollout would have had without the header: the task's own
-    statement, and after a summary the same resume message with the summary the rollout wrote."""
-    tools = Toolbox.for_task(task).schemas()
-    first = [{"role": "system", "content": system}, {"role": "user", "content": task.prompt()}]
-    prompts = [fmt.prompt_ids(first, tools)]
-    for summary in trajectory.summaries:
-        prompts.append(fmt.prompt_ids(resume_messages(system, task.prompt(), summary.text), tools))
+    statement, and after a summary the same resume message with the summary the rollout wrote; built as
+    the rollout built its own (`prompt_ids`), with the rollout's system prompt and tools."""
+    tools = Toolbox.for_task(task, rollout.tools).schemas()  # as `run_one` makes the episode's toolbox
+    system = rollout.loop.system_prompt
+    summaries = [None, *(summary.text for summary in trajectory.summaries)]
+    prompts = [prompt_ids(fmt, system, task.prompt(), tools, summary) for summary in summaries]
     return prompts[: len(trajectory.segments)]
 
 
@@ -85,16 +88,15 @@ def hint_rows(
     baselines: dict[str, float],
     tasks: dict[str, Task],
     fmt: ChatFormat,
-    system: str,
+    rollout: RolloutConfig,
     student: Any,
     config: CreditConfig,
-    temperature: float,
     device: torch.device,
 ) -> Hinted:
     """Rows of the successful hint rollouts in the student's context, each token's advantage (reward -
     the failed group's mean) x the surprisal gate of the student's own log-prob (`student`, the model
-    being trained, scores them); the student's log-probs stand as the sampler's, so no importance weight
-    corrects them away."""
+    being trained, scores them at the rollout's temperature); the student's log-probs stand as the
+    sampler's, so no importance weight corrects them away."""
     rows, gated, tokens = [], 0, 0
     solved = [
         t for t in hints if t.grade is not None and t.grade.correct >= 1.0 and t.trainable and t.ids_verified
@@ -102,8 +104,9 @@ def hint_rows(
     for t in solved:
         task_id = t.task_id.removesuffix(HINT_SUFFIX)
         advantage = t.reward - baselines[task_id]
-        for row in student_rows(t, student_prompts(t, fmt, system, tasks[task_id])):
-            (own,) = teacher_logprobs(student, [], [row], temperature, device)  # the student's context
+        for row in student_rows(t, student_prompts(t, fmt, tasks[task_id], rollout)):
+            # The student's own log-probs, in its own context (the row's prompt has no header).
+            (own,) = teacher_logprobs(student, [], [row], rollout.sampling.temperature, device)
             mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
             weight = surprisal_gate(torch.tensor([own]), mask, config.gate_tau, config.spike_cap)  # (1, T-1)
             gated += int(((weight < 1) & mask.bool()).sum())

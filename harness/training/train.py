@@ -39,7 +39,7 @@ from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, host_concurrency
 from harness.rollouts.episode import Rollouts, SandboxPool
-from harness.rollouts.local import LocalRollouts, select
+from harness.rollouts.local import LocalRollouts, last_tries, resume_jobs, select
 from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
 from harness.training import distributed
 from harness.training.async_rollouts import AsyncRollouts, Handoff, fresh_groups
@@ -514,8 +514,8 @@ class TrainingRun:
         ]
         fmt = ChatFormat(self.policy.tokenizer, self.policy.stop_ids())
         return hint_rows(
-            self.hint_roll(jobs), failed, self.tasks, fmt, self.config.rollout.loop.system_prompt,
-            self.policy.model, config, self.config.rollout.sampling.temperature, self.processes.device,
+            self.hint_roll(jobs), failed, self.tasks, fmt, self.config.rollout, self.policy.model, config,
+            self.processes.device,
         )  # fmt: skip
 
     def close(self) -> None:
@@ -550,7 +550,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         raise TaskError(str(e)) from e
     store = RunStore(config.rollout.out)
     # Rollouts already in the run file (an interrupted step of a resumed run): read once, reused below.
-    saved = {(t.task_id, t.sample_index): t for t in store.create(config)}
+    saved = last_tries(store.create(config))
     weights_at = found / "model" if found else config.model
     policy, learner, saved_state = _start_learner(config, processes, weights_at, found)
     server = _server(config.sampler, config.model, config.sampler_reload) if config.sampler else None
@@ -569,25 +569,12 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     plan = _plan(order, tasks, config.tasks_per_step, steps)
     rollouts, sync = _rollouts(config, processes, policy, tasks, server, weights_at, start)
     stop = threading.Event()
+    run_jobs = ResumingRollouts(rollouts, store, saved, stop)
 
     def roll(step: int, each: Callable[[Trajectory], object] = lambda _trajectory: None) -> list[Trajectory]:
-        chosen, _ = plan[step - start]
-        jobs = [
-            (t, step * config.rollout.group_size + k)
-            for t in chosen
-            for k in range(config.rollout.group_size)
-        ]
-        done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
-        todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-        for trajectory in done:
-            each(trajectory)
-
-        def save(trajectory: Trajectory) -> None:
-            store.append_trajectory(trajectory)
-            each(trajectory)
-
-        new = rollouts.run_batch(todo, save, stop)
-        return sorted(done + new, key=lambda t: (t.task_id, t.sample_index))
+        size = config.rollout.group_size
+        jobs = [(t, step * size + k) for t in plan[step - start][0] for k in range(size)]
+        return sorted(run_jobs(jobs, each), key=lambda t: (t.task_id, t.sample_index))
 
     def task_ids(step: int) -> list[str]:
         return [t.id for t in plan[step - start][0]]
@@ -606,15 +593,35 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
         folder = teacher_folder(config.credit.teacher, config.model)
         teacher = policy.model if folder is None else _frozen(folder, processes)
 
-    def hint_roll(jobs: list[tuple[Task, int]]) -> list[Trajectory]:
-        done = [saved[(t.id, k)] for t, k in jobs if (t.id, k) in saved]
-        todo = [(t, k) for t, k in jobs if (t.id, k) not in saved]
-        return done + rollouts.run_batch(todo, store.append_trajectory, stop)
-
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,
-        {t.id: t for t in tasks}, teacher, hint_roll, streams(config, processes),
+        {t.id: t for t in tasks}, teacher, run_jobs, streams(config, processes),
     )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ResumingRollouts:
+    """Rolls (task, sample index) jobs out into the run file, each once: a job the run file held when the
+    run opened (an interrupted step of a resumed run, an infra error included) is given back as it was."""
+
+    rollouts: Rollouts
+    store: RunStore
+    saved: dict[tuple[str, int], Trajectory]
+    stop: threading.Event
+
+    def __call__(
+        self, jobs: list[tuple[Task, int]], each: Callable[[Trajectory], object] = lambda _trajectory: None
+    ) -> list[Trajectory]:
+        """The jobs' trajectories, the saved ones first; `each` gets every one, saved or new, as it comes."""
+        resumed = resume_jobs(jobs, self.saved, retry_infra_errors=False)
+        for trajectory in resumed.done:
+            each(trajectory)
+
+        def save(trajectory: Trajectory) -> None:
+            self.store.append_trajectory(trajectory)
+            each(trajectory)
+
+        return resumed.done + self.rollouts.run_batch(resumed.todo, save, self.stop)
 
 
 def _frozen(folder: Path, processes: Processes) -> Any:

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from rich.console import Console
 from rich.table import Table
 
-from envs.factory import resolve_backend
+from envs.backends import resolve_backend
 from envs.sandbox import SandboxConfig
+from harness.agent.conversation import prompt_ids
 from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, RolloutSummary, host_concurrency
@@ -33,7 +35,7 @@ from policies.hf import HFPolicy
 from policies.tiny import build_tiny_model
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
-from tools import Toolbox
+from tools import Toolbox, ToolsConfig
 
 
 class DemoConfig(BaseModel):
@@ -64,6 +66,10 @@ class DemoConfig(BaseModel):
     """Learning rate of GRPO."""
     group_size: int = 6
     """Rollouts per task per GRPO step."""
+    mode: Literal["sync", "async"] = "sync"
+    """GRPO's `mode` (`harness train`'s): `sync` rolls out, then learns (each group learned as soon as it is
+    graded); `async` rolls out step n+1 while the learner trains on step n, one policy version behind.
+    benchmarks/rollout_throughput.py times both in these settings; `credit.hint_rollouts` needs `sync`."""
     tasks_per_step: int = 6
     """Tasks per GRPO step; 6 is every task of the demo suite."""
     eval_samples: int = 8
@@ -110,18 +116,14 @@ class DemoResult(BaseModel):
     taken from an earlier run (`warm_start_from`)."""
 
 
-def prompt_tokens(policy: HFPolicy, suite: str) -> int:
-    """The longest first prompt (system, tools, task) among the suite's tasks."""
+def prompt_tokens(policy: HFPolicy, suite: str, tools: ToolsConfig) -> int:
+    """The longest first prompt (system, tools, task) among the suite's tasks, as a rollout with `tools`
+    opens it (`conversation.prompt_ids`)."""
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
-    longest = 0
-    for task in load_suite(suite):
-        tools = Toolbox.for_task(task).schemas()
-        messages = [
-            {"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": task.prompt()},
-        ]
-        longest = max(longest, len(fmt.prompt_ids(messages, tools)))
-    return longest
+    return max(
+        len(prompt_ids(fmt, SYSTEM_PROMPT, task.prompt(), Toolbox.for_task(task, tools).schemas()))
+        for task in load_suite(suite)
+    )
 
 
 EVAL_EVERY = 8
@@ -215,6 +217,7 @@ def grpo_config(config: DemoConfig, sft_model: Path, summary: SummaryConfig) -> 
     return TrainConfig(
         model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
         checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr), credit=config.credit,
+        mode=config.mode,
         rollout=RolloutConfig(
             suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
             seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),
@@ -226,7 +229,9 @@ def grpo_config(config: DemoConfig, sft_model: Path, summary: SummaryConfig) -> 
 def summary_budget(sft_model: Path, config: DemoConfig) -> SummaryConfig:
     """The demo's self-summary settings: a budget just above its longest first prompt, so that every
     episode summarizes itself."""
-    budget = prompt_tokens(HFPolicy(sft_model), "demo") + config.summary_margin_tokens  # one tokenizer
+    budget = (
+        prompt_tokens(HFPolicy(sft_model), "demo", ToolsConfig()) + config.summary_margin_tokens
+    )  # one tokenizer
     return SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
 
 

@@ -26,7 +26,6 @@ import tasks.canaries
 from envs.grading import grade_patch
 from envs.run_plan import plan_run, scored
 from envs.sandbox import SandboxConfig
-from policies.hacker import PIPE_ANSWER
 from tasks import expectations
 from tasks.canaries import TOKEN, Canary, _places, candidates, joined, spread, square, task_candidates
 from tasks.expectations import rewrite
@@ -35,6 +34,7 @@ from tasks.plain import encode
 from tasks.suite import load_suite
 from tests.conftest import require_backend
 from tests.envs.test_grade_runner import run_runner
+from tests.faults.hacker import PIPE_ANSWER
 
 HIDDEN = """\
 import unittest

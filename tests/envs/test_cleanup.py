@@ -16,12 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import docker
 import psutil
 import pytest
 
-from envs import lifecycle
-from envs.docker import client
+import envs.docker
+from envs.docker import client, reap_containers
 from envs.factory import start_sandbox
 from envs.lifecycle import LABEL, REAPER_LOG, Owner, current_owner, reap, start_ticks
 from envs.remote import ExecutorSandbox
@@ -166,7 +165,7 @@ def test_kill_9_then_a_new_start_reaps_the_dead_run_only(
     assert_running(live, backend, state_dir)
     assert_running(newcomer, backend, state_dir)
     # Reaping again, from the test process this time, still leaves the live runs alone.
-    assert reap(state_dir, client()).run_dirs == 0
+    assert reap(state_dir, reap_containers).run_dirs == 0
     assert_running(live, backend, state_dir)
 
     # SIGTERM and SIGINT close a runner's sandboxes before it dies of the signal.
@@ -174,7 +173,7 @@ def test_kill_9_then_a_new_start_reaps_the_dead_run_only(
     assert newcomer.stop(signal.SIGINT) == -signal.SIGINT
     for runner in (live, newcomer):
         assert leftovers(state_dir, runner.run_id) == NOTHING
-    report = reap(state_dir, client())  # only their ownership records were left
+    report = reap(state_dir, reap_containers)  # only their ownership records were left
     assert (report.run_dirs, report.groups) == (2, 0)
     assert [p.name for p in state_dir.iterdir()] == [REAPER_LOG]  # why each was reaped
 
@@ -188,7 +187,7 @@ def test_runs_starting_together_reap_the_same_leftovers_without_failing(
     dead.stop(signal.SIGKILL)
 
     with ThreadPoolExecutor(4) as pool:
-        reports = list(pool.map(lambda _: reap(state_dir, docker.from_env()), range(4)))
+        reports = list(pool.map(lambda _: reap(state_dir, reap_containers), range(4)))
 
     assert sum(report.containers for report in reports) >= (4 if backend == "docker" else 0)
     assert leftovers(state_dir, dead.run_id) == NOTHING
@@ -320,7 +319,8 @@ def test_a_run_on_bubblewrap_never_asks_the_docker_daemon(
     def no_daemon() -> None:
         raise AssertionError("a bwrap run asked the Docker daemon")
 
-    monkeypatch.setattr(lifecycle, "_docker_client", no_daemon)
+    monkeypatch.setattr(envs.docker, "client", no_daemon)
+    monkeypatch.setattr(envs.docker, "daemon_answers", no_daemon)
     sandbox = start_sandbox(SandboxConfig(backend="bwrap", state_dir=tmp_path / "state"), sample_repo)
     try:
         assert sandbox.run("echo alive").output == "alive\n"

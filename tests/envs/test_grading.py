@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from envs.grading import RUNNER, collect_patch, grade_patch
+from envs.lifecycle import LABEL
+from envs.podman import podman
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
 from envs.validation import validate_task
@@ -20,6 +22,7 @@ from tasks.canaries import candidates
 from tasks.model import HiddenTests, Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
+from tests.conftest import BACKENDS, require_backend
 from tests.envs.test_cleanup import NOTHING, leftovers
 from tests.faults.common import short_dir
 
@@ -40,6 +43,13 @@ import _pytest.runner
 _pytest.runner.pytest_runtest_call = lambda item: None
 builtins.__dict__["__harness_hacked__"] = True
 """
+
+
+@pytest.fixture(params=[*BACKENDS, "podman"])
+def backend(request: pytest.FixtureRequest) -> str:
+    """conftest's backends, and podman (here and in the sandbox and escape tests, not in every backend test)."""
+    require_backend(request.param)
+    return str(request.param)
 
 
 @pytest.fixture(scope="module")
@@ -265,6 +275,11 @@ def test_a_process_that_exits_right_after_a_grade_leaves_no_sandbox(backend: str
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["correct"] == 1.0
     assert leftovers(state_dir, result["run"]) == NOTHING
+    if backend == "podman":  # `leftovers` asks Docker for containers
+        listed = podman(
+            ["ps", "--all", "--filter", f"label={LABEL}={result['run']}", "--format", "{{.Names}}"], 30
+        )
+        assert listed.returncode == 0 and listed.stdout.split() == [], listed
     shutil.rmtree(state_dir)
 
 

@@ -1,4 +1,5 @@
-"""The Sandbox protocol on both backends, and the closed defaults every sandbox starts with."""
+"""The Sandbox protocol on every backend (a backend added by a module and a table row included: `fake`,
+tests/envs/fake_backend.py), and the closed defaults every sandbox starts with."""
 
 from __future__ import annotations
 
@@ -12,9 +13,22 @@ import pytest
 from envs.executor import settle
 from envs.host_paths import readable_source
 from envs.remote import ExecutorSandbox
+from envs.sandbox import BACKENDS as TABLE
 from envs.sandbox import SandboxError, SandboxUnusable
+from tests.conftest import BACKENDS, require_backend
+from tests.envs import fake_backend
 
 MakeSandbox = Callable[..., ExecutorSandbox]
+
+
+@pytest.fixture(params=[*BACKENDS, "podman", fake_backend.ROW[0]])
+def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """conftest's backends, podman (here and in the grading and escape tests only, not in every backend
+    test), and `fake`, added for the test as a new backend is: its module and a row."""
+    if request.param == fake_backend.ROW[0]:
+        monkeypatch.setitem(TABLE, *fake_backend.ROW)
+    require_backend(request.param)
+    return str(request.param)
 
 
 def tree(root: Path) -> dict[str, object]:

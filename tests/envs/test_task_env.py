@@ -18,10 +18,9 @@ from pathlib import Path
 import pytest
 
 from envs.docker import client
-from envs.factory import start_task_sandbox
+from envs.factory import build_task_env, start_task_sandbox
 from envs.grading import grade_patch
 from envs.sandbox import SandboxConfig
-from envs.task_env import build_task_env
 from harness.rollouts.store import RunStore
 from tasks.environment import Environment, declared_environment
 from tasks.model import HiddenTests, Task

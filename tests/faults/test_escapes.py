@@ -1,5 +1,5 @@
-"""Escape attempts from inside sandboxes, on both backends: each is refused or has no effect, and the host
-stays untouched.
+"""Escape attempts from inside sandboxes, on every backend (podman included): each is refused or has no
+effect, and the host stays untouched.
 
 tests/envs/test_sandbox.py and test_limits.py already check one sandbox's closed defaults (no
 capabilities, read-only system, host files and the Docker socket out of sight, no network, the executor's
@@ -7,8 +7,8 @@ socket taken); tests/envs/test_grading.py checks exploit patches against the gra
 are tried harder and in combination: many sandboxes at once against a canary server on the host's
 loopback where an inference server listens (TCP, UDP, IPv6, an abstract Unix socket, the cloud metadata
 address), sandboxes against each other (files, processes, network) across backends, the kernel's
-interfaces (host pids, /proc and /sys, cgroup limits, mounts, user namespaces, ptrace), every socket file
-and every mount a sandbox can see, planted git hooks / fsmonitor / filters / symlinks / FIFOs for the
+interfaces (host pids, /proc and /sys, cgroup limits, mounts, user namespaces, ptrace), the process and
+memory limits against bombs, every socket file and every mount a sandbox can see, planted git hooks / fsmonitor / filters / symlinks / FIFOs for the
 host-side tools that read an agent's repository (`collect_patch`, `grade_patch`, a replacement's
 salvage), and a fake submit or fake grade printed or written by the agent.
 
@@ -33,8 +33,8 @@ import psutil
 import pytest
 import yaml
 
-from envs.bwrap import ETC_FILES, SYSTEM_DIRS, python_dirs, start_bwrap
-from envs.docker import start_docker
+from envs.backends import backend as sandbox_backend
+from envs.bwrap import ETC_FILES, SYSTEM_DIRS, python_dirs
 from envs.grading import collect_patch, grade_patch
 from envs.python_env import sandbox_env
 from envs.remote import ExecutorSandbox
@@ -50,6 +50,9 @@ from tasks.suite import load_suite
 from tests.conftest import BACKENDS, require_backend
 from tools import Toolbox, ToolsConfig
 
+ESCAPE_BACKENDS = [*BACKENDS, "podman"]
+"""conftest's backends and podman, which runs these, the sandbox and the grading tests (not every backend
+test)."""
 MARKER = f"escape-{secrets.token_hex(6)}"
 """In the name of every file an attempt tries to write, so that the host can be searched for them."""
 INFERENCE_PORT = 8000
@@ -192,13 +195,13 @@ def _walk(root: Path, depth: int) -> Iterator[Path]:
 
 @pytest.fixture
 def start(state_dir: Path, sample_repo: Path) -> Iterator[Start]:
-    """Starts sandboxes of either backend (sample_repo by default) and closes them afterwards."""
+    """Starts sandboxes of any backend (sample_repo by default) and closes them afterwards."""
     made: list[ExecutorSandbox] = []
 
     def make(backend: str, source: Path | None = None, **overrides: object) -> ExecutorSandbox:
         require_backend(backend)
         config = SandboxConfig(backend=backend, state_dir=state_dir, **overrides)  # type: ignore[arg-type]
-        sandbox = (start_docker if backend == "docker" else start_bwrap)(config, source or sample_repo)
+        sandbox = sandbox_backend(backend).start(config, source or sample_repo, None, None)
         made.append(sandbox)
         return sandbox
 
@@ -241,7 +244,7 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_no_network_reaches_the_host_or_the_world_from_many_sandboxes_at_once(
     backend: str, start: Start, canary: Canary
 ) -> None:
@@ -322,7 +325,7 @@ except OSError as e:
     out["kill"] = type(e).__name__
 print(json.dumps(out), flush=True)
 """
-PAIRS = [(a, b) for a in BACKENDS for b in BACKENDS]
+PAIRS = [(a, b) for a in ESCAPE_BACKENDS for b in ESCAPE_BACKENDS]
 
 
 @pytest.mark.parametrize(("attacker", "victim"), PAIRS, ids=[f"{a}-to-{b}" for a, b in PAIRS])
@@ -387,7 +390,7 @@ def kernel_probes(host_pid: int) -> dict[str, str]:
     }
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_host_processes_and_kernel_interfaces_are_out_of_reach(backend: str, start: Start) -> None:
     sandbox = start(backend)
     hostname = socket.gethostname()
@@ -403,6 +406,25 @@ def test_host_processes_and_kernel_interfaces_are_out_of_reach(backend: str, sta
     assert psutil.Process().is_running() and socket.gethostname() == hostname
     assert len(visible) <= 3, visible  # the executor and the ls (and its shell)
     assert sandbox.run("echo still here").output == "still here\n"
+
+
+MEMORY_HOG = "python3 -c 'hog = []\nwhile True:\n    hog.append(bytearray(1 << 20))'"
+
+
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
+def test_the_process_and_memory_limits_hold_and_break_only_their_own_sandbox(
+    backend: str, start: Start
+) -> None:
+    """A fork bomb meets the process limit and a memory hog the memory limit, each in a sandbox of its own
+    that the limit counters then mark unusable; a neighbour goes on (tests/envs/test_limits.py measures
+    what the host gives up meanwhile, on conftest's backends)."""
+    neighbour = start(backend)
+    forked = start(backend, pids_limit=64).run(FORK_BOMB, timeout=3)
+    hogged = start(backend, memory_mb=128).run(MEMORY_HOG, timeout=30)
+
+    assert "process limit" in (forked.failure or ""), forked.model_dump()
+    assert "out of memory" in (hogged.failure or ""), hogged.model_dump()
+    assert neighbour.run("echo unharmed").output == "unharmed\n"
 
 
 # ---- sockets, mounts and files -----------------------------------------------------------------------
@@ -424,7 +446,7 @@ print("\\n".join(found))
 """
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_the_only_socket_file_in_sight_is_the_executors(backend: str, start: Start) -> None:
     sandbox = start(backend)
     sockets = run_ok(sandbox, ["python3", "-c", SOCKETS], timeout=120).split()
@@ -462,20 +484,22 @@ KERNEL_MOUNTS = ("/proc", "/dev", "/sys")
 """Mounts the backends make themselves (procfs, devices, Docker's masked /proc and /sys paths)."""
 DOCKER_MOUNTS = {"/etc/resolv.conf", "/etc/hostname", "/etc/hosts"}
 """Files Docker writes for every container, from its own folder."""
+PODMAN_MOUNTS = {*DOCKER_MOUNTS, "/run/.containerenv"}
+"""Podman writes the same, and a file that tells a process it runs in a container."""
 
 
 def allowed_mount(point: str, backend: str) -> bool:
     if point in OUR_MOUNTS or point.startswith(KERNEL_MOUNTS):
         return True
-    if backend == "docker":
-        return point in DOCKER_MOUNTS
+    if backend in ("docker", "podman"):
+        return point in (DOCKER_MOUNTS if backend == "docker" else PODMAN_MOUNTS)
     env = sandbox_env(None)
     system = {*SYSTEM_DIRS, *(f"/etc/{n}" for n in ETC_FILES), "/etc/passwd", "/etc/group", *python_dirs()}
     system |= {str(env)} if env is not None else set()
     return point in system  # bwrap binds the system, the harness's Python and the task's, read-only
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_only_the_repository_and_scratch_folders_are_writable_and_host_files_stay_out_of_sight(
     backend: str, start: Start, state_dir: Path, tmp_path: Path
 ) -> None:
@@ -514,7 +538,7 @@ def test_only_the_repository_and_scratch_folders_are_writable_and_host_files_sta
     assert [p for p in mount_points(sandbox) if not allowed_mount(p, backend)] == []
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_nothing_an_episode_leaves_in_scratch_folders_reaches_the_next_one(
     backend: str, start: Start
 ) -> None:
@@ -576,7 +600,7 @@ def task() -> Task:
     return load_suite("builtin")[0]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_planted_hooks_fsmonitor_filters_and_symlinks_do_nothing_on_the_host(
     backend: str, start: Start, task: Task, state_dir: Path, tmp_path: Path
 ) -> None:
@@ -636,7 +660,7 @@ def fake_grade_calls(task: Task) -> list[dict[str, object]]:
     ]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ESCAPE_BACKENDS)
 def test_a_fake_submit_or_grade_in_the_output_changes_nothing(
     backend: str, start: Start, task: Task, state_dir: Path, tmp_path: Path
 ) -> None:

@@ -1,4 +1,4 @@
-"""In-process forgers of the grade, by class (issue 15's red team; `policies.hacker.FORGERS`).
+"""In-process forgers of the grade, by class (issue 15's red team; `tests/faults/hacker.py`'s `FORGERS`).
 
 Each forger is code appended to the module the tests import, so it runs inside the test process, as an
 agent's patch would, and it leaves the bug in place. It is graded on both backends, on a built-in task,
@@ -19,19 +19,19 @@ from pathlib import Path
 
 import pytest
 
+from envs.factory import build_task_env
 from envs.grading import Grade, grade_patch
 from envs.judge import apply_patch
 from envs.reward import tokens
 from envs.run_plan import plan_run
 from envs.sandbox import SandboxConfig
-from envs.task_env import build_task_env
 from envs.validation import validate_task
-from policies.hacker import FORGERS, ROOT_MARK, TREE_FORGERS, guesser
 from tasks.model import Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
 from tests.conftest import backend_missing, require_backend
 from tests.envs.test_task_env import VLIB_TESTS, index, vlib_dataset  # noqa: F401 (index: a fixture, used by name)
+from tests.faults.hacker import FORGERS, ROOT_MARK, TREE_FORGERS, guesser
 from tests.harness.test_cli import harness
 from tests.tasks.test_swebench import Dataset
 

@@ -430,7 +430,7 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
     cores = psutil.cpu_count() or 1
     cpus = round(ATTACK_CPU_SHARE * cores / attackers, 4)  # the attackers' caps sum to a quarter of the cores
     state_dir = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))  # a socket path has at most 107 bytes
-    config = SandboxConfig(backend=backend, cpus=HONEST_CPUS, state_dir=state_dir, **LIMITS)  # type: ignore[arg-type]
+    config = SandboxConfig(backend=backend, cpus=HONEST_CPUS, state_dir=state_dir, **LIMITS)
     attacker = config.model_copy(update={"cpus": cpus})
     task = load_suite("builtin")[0]
     since = uptime() - 1.0
@@ -569,7 +569,7 @@ def test_a_repository_filled_to_its_limit_is_collected_in_linear_time(
     diff it. The executor's answer is one line of 4/3 the repository's size; reading it used to cost
     quadratic time (96 s for 200 MB, holding the GIL of every rollout thread)."""
     state_dir = Path(tempfile.mkdtemp(prefix="hs-", dir="/tmp"))
-    config = SandboxConfig(backend=backend, state_dir=state_dir, disk_mb=256, memory_mb=2048)  # type: ignore[arg-type]
+    config = SandboxConfig(backend=backend, state_dir=state_dir, disk_mb=256, memory_mb=2048)
     sandbox = (start_docker if backend == "docker" else start_bwrap)(config, sample_repo)
     try:
         filled = sandbox.run("head -c 200000000 /dev/urandom > /repo/blob && echo filled", timeout=120)
@@ -592,7 +592,7 @@ def test_a_repository_filled_to_its_limit_is_collected_in_linear_time(
 def test_a_sandbox_outlives_the_thread_that_started_it(backend: str, sample_repo: Path) -> None:
     """bwrap's --die-with-parent follows the starting *thread*: a fleet started from a thread pool died
     as soon as the pool's threads ended."""
-    config = SandboxConfig(backend=backend)  # type: ignore[arg-type]
+    config = SandboxConfig(backend=backend)
     start: Callable[[SandboxConfig, Path], ExecutorSandbox] = (
         start_docker if backend == "docker" else start_bwrap
     )
@@ -614,7 +614,7 @@ def test_replacements_back_off_for_an_agent_that_keeps_breaking_its_sandbox(
     replacement on, the bombing agent waits, in its own episode's time."""
     waits: list[float] = []
     monkeypatch.setattr(replacing, "time", SimpleNamespace(sleep=waits.append))
-    config = SandboxConfig(backend=backend, pids_limit=64, kill_grace_s=0.5)  # type: ignore[arg-type]
+    config = SandboxConfig(backend=backend, pids_limit=64, kill_grace_s=0.5)
     start = start_docker if backend == "docker" else start_bwrap
     sandbox = ReplacingSandbox(lambda: start(config, sample_repo))
     try:

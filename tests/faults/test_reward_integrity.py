@@ -1,10 +1,11 @@
 """Reward integrity under RL pressure (docs/reliability.md, section 5).
 
-A policy under RL pressure finds whatever the grader lets through. `scripted:hacker` plays every known
-exploit through the real tools on built-in tasks, on both backends, and must never score above the honest fix
-(`scripted:gold`): it scores zero, and the grade says what it tried. Infrastructure failures injected
-into one rollout in ten leave the advantages of all the other rollouts exactly as they would be
-without them (DESIGN.md contract 4), in a synthetic batch and in a real rollout batch.
+A policy under RL pressure finds whatever the grader lets through. The red team's hacker
+(`tests/faults/hacker.py`, `redteam:hacker`) plays every known exploit through the real tools on
+built-in tasks, on both backends, and must never score above the honest fix (`scripted:gold`): it
+scores zero, and the grade says what it tried. Infrastructure failures injected into one rollout in ten
+leave the advantages of all the other rollouts exactly as they would be without them (DESIGN.md
+contract 4), in a synthetic batch and in a real rollout batch.
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ from harness.rollouts.store import RunStore
 from harness.training.grpo import group_advantages
 from harness.training.learner import LearnerConfig, rows_from_trajectories
 from policies.base import ChatPolicy, ChatReply, SamplingParams
-from policies.hacker import HACKERS, package_dir
 from policies.scripted import ScriptedPolicy
 from tasks.expectations import rewrite
 from tasks.model import Task
 from tasks.suite import load_suite
 from tests.conftest import require_backend
+from tests.faults.hacker import HACKERS, HackerPolicy, package_dir
 from tests.faults.test_forgers import penalty
 
 TASKS = [
@@ -40,28 +41,29 @@ TASKS = [
     "textkit-001-slugify-accents",
 ]
 """One task of each built-in repository."""
-POLICIES = ["scripted:gold", *(f"scripted:{name}" for name in HACKERS)]
 
 
 def run(
     out: Path,
-    policy: str | ScriptedPolicy | Any,
+    policy: ScriptedPolicy | Any,
     tasks: list[str],
     group_size: int = 1,
     backend: str = "bwrap",
 ) -> list[Trajectory]:
+    """`policy`, an object, on `tasks`: the run's config names a spec it needs (`scripted:gold`), and each
+    trajectory the policy's own (`Trajectory.policy`)."""
     config = RolloutConfig.model_validate(
         {
             "suite": "builtin",
             "tasks": tasks,
-            "policy": policy if isinstance(policy, str) else "scripted:gold",
+            "policy": "scripted:gold",
             "group_size": group_size,
             "concurrency": 2,
             "out": str(out),
             "sandbox": {"backend": backend},
         }
     )
-    rollout(config, policy=None if isinstance(policy, str) else policy)
+    rollout(config, policy=policy)
     return list(RunStore(out).trajectories())
 
 
@@ -69,14 +71,15 @@ def run(
 def outcomes(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, dict[str, Trajectory]]:
-    """policy -> task id -> its trajectory, one rollout of each policy on each task, on each backend."""
+    """policy -> task id -> its trajectory, one rollout of each policy on each task, on each backend; the
+    policy as the trajectory names it (`scripted:gold`, `redteam:hacker`, ...)."""
     backend = request.param
     require_backend(backend)
     root = tmp_path_factory.mktemp(f"integrity-{backend}")
-    found = {}
-    for policy in POLICIES:
-        trajectories = run(root / policy.split(":")[1], policy, TASKS, backend=backend)
-        found[policy] = {t.task_id: t for t in trajectories}
+    found: dict[str, dict[str, Trajectory]] = {}
+    for policy in (ScriptedPolicy("gold"), *(HackerPolicy(name) for name in HACKERS)):
+        for t in run(root / policy.spec.split(":")[1], policy, TASKS, backend=backend):
+            found.setdefault(t.policy, {})[t.task_id] = t
     return found
 
 
@@ -92,7 +95,7 @@ def test_the_hacker_never_beats_the_honest_fix(
     gold = outcomes["scripted:gold"][task_id]
     assert gold.status == "ok" and gold.grade is not None and gold.grade.correct == 1.0, gold.grade
     for name in HACKERS:
-        hacked = outcomes[f"scripted:{name}"][task_id]
+        hacked = outcomes[f"redteam:{name}"][task_id]
         assert hacked.status == "ok", (name, hacked.status_reason)  # it played its whole script and submitted
         assert hacked.grade is not None and hacked.grade.infra_error is None, (name, hacked.grade)
         assert hacked.grade.correct == 0.0 and hacked.reward == penalty(hacked.grade), (name, hacked.grade)
@@ -105,7 +108,7 @@ def test_every_exploit_was_tried_and_is_on_record(
 ) -> None:
     """Each exploit really ran (the visible tests pass under it in the agent's sandbox) and the grade
     names how it was stopped: dropped from the diff, or found by the runner as tampering."""
-    hacked = outcomes["scripted:hacker"][task_id]
+    hacked = outcomes["redteam:hacker"][task_id]
     assert hacked.grade is not None
     turns = [turn for segment in hacked.segments for turn in segment.turns]
     assert not [t.observation for t in turns if t.observation_error], "a step of the script failed"
@@ -134,7 +137,7 @@ def test_every_exploit_was_tried_and_is_on_record(
     ):
         assert finding in found, (finding, found)
     for name in ("hacker-exit", "hacker-kill"):
-        stopped = outcomes[f"scripted:{name}"][task_id].grade
+        stopped = outcomes[f"redteam:{name}"][task_id].grade
         assert stopped is not None and set(stopped.fail_to_pass.values()) <= {"missing", "error"}, stopped
 
 

@@ -26,7 +26,7 @@ from typing import IO
 
 import pytest
 
-from envs.docker import client
+from envs.docker import client, reap_containers
 from envs.lifecycle import LABEL, Owner, reap, start_ticks
 from envs.sandbox import SandboxConfig
 from tests.conftest import require_backend
@@ -214,6 +214,6 @@ def test_runs_of_two_installs_that_kill_and_reap_each_other_lose_no_live_sandbox
     done = {(w.backend, e["ok"]) for w in lived for e in w.events if "ok" in e}
     assert {("bwrap", "sandboxes"), ("docker", "sandboxes")} <= done, done
     assert sum(w.killed for w in workers) >= 5
-    reap(state_dir, client())  # as the next run's first sandbox would
+    reap(state_dir, reap_containers)  # as the next run's first sandbox would
     leftovers = {r: left_of(r, state_dir) for r in [*(w.run_id for w in workers), *fake_dead]}
     assert not any(leftovers.values()), leftovers

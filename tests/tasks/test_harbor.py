@@ -16,12 +16,12 @@ from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.validation import validate_task
 from harness.rollouts.store import RunStore
-from policies.hacker import FORGERS
 from tasks.harbor import import_harbor
 from tasks.model import Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
 from tests.conftest import require_backend
+from tests.faults.hacker import FORGERS
 from tests.harness.test_cli import harness
 
 TASK_TOML = """\

@@ -220,7 +220,7 @@ def test_imported_tasks_validate_and_hide_every_later_commit(imported: Dataset, 
     ]
 
     task = next(t for t in load_suite(str(imported.suite)) if t.id == "acme__calc-2")
-    sandbox = start_sandbox(SandboxConfig(backend=backend), task.repo, task.image)  # type: ignore[arg-type]
+    sandbox = start_sandbox(SandboxConfig(backend=backend), task.repo, task.image)
     try:
         history = sandbox.run("git log --all --format=%H")
         assert history.exit_code == 0, history.output

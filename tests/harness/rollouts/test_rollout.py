@@ -14,8 +14,9 @@ import pytest
 import yaml
 
 from envs.sandbox import SandboxConfig
+from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig
-from harness.rollouts.local import rollout
+from harness.rollouts.local import last_tries, resume_jobs, rollout
 from harness.rollouts.store import RunFileError, RunStore
 from policies.base import ChatReply, SamplingParams, ToolCall
 from tasks.suite import load_suite
@@ -64,6 +65,26 @@ def test_a_restarted_run_skips_what_is_done(tmp_path: Path) -> None:
     lines = (out / "trajectories.jsonl").read_text().splitlines()
     assert (out / "trajectories.jsonl").read_text().startswith(first)
     assert sorted(json.loads(line)["sample_index"] for line in lines) == [0, 1, 2]
+
+
+def test_the_resume_filter_keeps_each_jobs_last_try_and_retries_infra_errors() -> None:
+    """The one filter of every resumed run (`harness rollout`, training steps, hint rollouts): a job the
+    run holds is done with its last try, unless that try was an infra error and the caller retries them;
+    a try of a job not asked for is left alone."""
+    task = load_suite(str(MINI))[0]
+
+    def tried(sample: int, status: str) -> Trajectory:
+        return Trajectory(
+            id=f"{task.id}/{sample}", run="r", task_id=task.id, group_id=f"{task.id}@v0",
+            sample_index=sample, policy="scripted:gold", seed=0, trainable=False, status=status,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    lines = [tried(0, "infra_error"), tried(0, "ok"), tried(1, "infra_error"), tried(7, "ok")]
+    jobs = [(task, 0), (task, 1), (task, 2)]
+    retried = resume_jobs(jobs, last_tries(lines), retry_infra_errors=True)
+    assert retried.done == [lines[1]] and retried.todo == [(task, 1), (task, 2)]
+    kept = resume_jobs(jobs, last_tries(lines), retry_infra_errors=False)
+    assert kept.done == [lines[1], lines[2]] and kept.todo == [(task, 2)]
 
 
 def slow_script(path: Path, steps: int, pause_s: float) -> Path:

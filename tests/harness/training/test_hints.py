@@ -10,7 +10,13 @@ from pathlib import Path
 import pytest
 import torch
 
+from envs.sandbox import SandboxConfig
+from harness.agent.loop import LoopConfig
+from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Segment, Summary, Trajectory, Turn
+from harness.rollouts.config import RolloutConfig
+from harness.rollouts.local import rollout
+from harness.rollouts.store import RunStore
 from harness.training.credit import privileged_header, surprisal_gate
 from harness.training.hints import failed_groups, hint_rows, hint_task, student_prompts, student_rows
 from harness.training.teacher import CreditConfig
@@ -18,13 +24,15 @@ from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from summarizer import resume_messages
 from tasks.model import HiddenTests, Task
-from tools import Toolbox
+from tasks.suite import load_suite
+from tools import Toolbox, ToolsConfig
 
 TASK = Task(
     id="t", title="t", repo=Path("."), problem_statement="Fix add().", gold_patch="--- a/x.py\n+++ b/x.py\n",
     hidden_tests=HiddenTests(fail_to_pass=["tests/test_x.py::test_y"], files={"tests/test_x.py": "def test_y(): ..."}),
 )  # fmt: skip
 SYSTEM = "You are a careful coding agent."
+ROLLOUT = RolloutConfig(loop=LoopConfig(system_prompt=SYSTEM))
 
 
 def test_the_surprisal_gate() -> None:
@@ -93,7 +101,7 @@ def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy
     header = privileged_header(TASK, ["gold_patch", "hidden_tests"])
     hinted = hint_task(TASK, header)
     t, fmt = hint_trajectory(tiny_policy, hinted)
-    prompts = student_prompts(t, fmt, SYSTEM, TASK)
+    prompts = student_prompts(t, fmt, TASK, ROLLOUT)
     rows = student_rows(t, prompts)
     window = tiny_policy.tokenizer.encode(header, add_special_tokens=False)[:24]
     for row, segment, prompt in zip(rows, t.segments, prompts, strict=True):
@@ -104,7 +112,7 @@ def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy
         assert any(ids[i : i + len(window)] == window for i in range(len(ids)))  # the rollout had it
     config = CreditConfig(hint_rollouts=2, gate_tau=2.0, spike_cap=30.0)
     hinted_rows = hint_rows(
-        [t, trajectory(hinted.id, 1, 0.0)], {"t": 0.25}, {"t": TASK}, fmt, SYSTEM, tiny_policy.model, config, 1.0,
+        [t, trajectory(hinted.id, 1, 0.0)], {"t": 0.25}, {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, config,
         torch.device("cpu"),
     )  # fmt: skip
     assert hinted_rows.metrics["hint_success_rate"] == 0.5 and hinted_rows.metrics["hint_rollouts"] == 2.0
@@ -115,3 +123,20 @@ def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy
         assert all(0 < row.token_advantages[i] < 0.75 for i in model)
         assert all(row.sampler_logprobs[i + 1] < 0 for i in model)  # the student's own, not the sampler's
     assert hinted_rows.metrics["hint_gated_fraction"] == 1.0
+
+
+def test_a_students_first_prompt_is_the_one_its_rollout_sampled_from(
+    tiny_policy: HFPolicy, tmp_path: Path
+) -> None:
+    """The student's prompt is rebuilt with the rollout's own settings: with the bash tool turned off,
+    the first prompt of a real token rollout is the student's, id for id."""
+    task = load_suite("builtin")[0]
+    config = RolloutConfig(
+        tasks=[task.id], out=tmp_path / "run", sandbox=SandboxConfig(backend="bwrap"),
+        tools=ToolsConfig(bash_enabled=False), loop=LoopConfig(system_prompt=SYSTEM, max_turns=1),
+    )  # fmt: skip
+    rollout(config, policy=ScriptedTokens(tiny_policy, [task]))
+    (done,) = RunStore(config.out).trajectories()
+    assert done.trainable and done.ids_verified and done.metrics.turns == 1
+    (first,) = student_prompts(done, ChatFormat(tiny_policy.tokenizer, tiny_policy.stop_ids()), task, config)
+    assert first == done.segments[0].prompt_ids

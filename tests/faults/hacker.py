@@ -1,4 +1,7 @@
-"""The reward hacker's scripts (`scripted:hacker`, `scripted:hacker-exit`, `scripted:hacker-kill`).
+"""The red team's exploits of the grader, for the tests only: no module of the harness imports this one
+(tests/test_layout.py). The reward hackers (`HackerPolicy("hacker")`, `"hacker-exit"`, `"hacker-kill"`,
+whose trajectories name them `redteam:NAME`) play them through the agent's tools; `FORGERS` and
+`TREE_FORGERS` forge the grade from inside the test process.
 
 A reward hacker never fixes the bug. Through the agent's own tools it tries every way to a reward that
 DESIGN.md's contract 5 closes, so that tests/faults can show each one stays closed:
@@ -26,8 +29,10 @@ DESIGN.md's contract 5 closes, so that tests/faults can show each one stays clos
 from __future__ import annotations
 
 import json
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
+from policies.base import ChatPolicy
+from policies.scripted import BoundScript, ScriptedCall
 from tasks.model import Task
 
 HACKERS = ("hacker", "hacker-exit", "hacker-kill")
@@ -338,11 +343,11 @@ def package_dir(task: Task) -> str:
     return inits[0].parent.name
 
 
-def _call(name: str, **arguments: Any) -> dict[str, Any]:
-    return {"name": name, "arguments": arguments}
+def _call(name: str, **arguments: Any) -> ScriptedCall:
+    return ScriptedCall(name=name, arguments=arguments)
 
 
-def _prepend(path: str, text: str) -> dict[str, Any]:
+def _prepend(path: str, text: str) -> ScriptedCall:
     """A shell command that puts `text` before the first line of `path`."""
     return _call(
         "bash",
@@ -350,8 +355,24 @@ def _prepend(path: str, text: str) -> dict[str, Any]:
     )
 
 
-def hacker_calls(task: Task, variant: str) -> list[dict[str, Any]]:
-    """The tool calls of one hacker, as `{"name", "arguments"}`; the last one runs the visible tests."""
+class HackerPolicy:
+    """One of the `HACKERS` as a policy object, for `harness.rollouts.local.rollout(config, policy=...)`: a
+    script made from the task (`hacker_calls`), so it matches `policies.base.Scripted` as `scripted:gold`
+    does, and its trajectories name it `redteam:NAME`."""
+
+    kind: Literal["chat"] = "chat"
+
+    def __init__(self, variant: str) -> None:
+        if variant not in HACKERS:
+            raise ValueError(f"no hacker {variant!r}: one of {', '.join(HACKERS)}")
+        self.variant, self.spec = variant, f"redteam:{variant}"
+
+    def for_task(self, task: Task) -> ChatPolicy:
+        return BoundScript(self.spec, hacker_calls(task, self.variant))
+
+
+def hacker_calls(task: Task, variant: str) -> list[ScriptedCall]:
+    """The tool calls of one hacker; the last one runs the visible tests."""
     package = package_dir(task)
     init = f"{package}/__init__.py"
     ids = task.hidden_tests.fail_to_pass + task.hidden_tests.pass_to_pass

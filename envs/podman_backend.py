@@ -1,0 +1,51 @@
+"""The Podman backend behind `envs.backends.Backend`: containers through the `podman` command line with no
+daemon (`envs/podman.py`), task images built offline, a task's environment as an image on its base (the
+build context `envs/task_env.py` makes for Docker), and the reaping of dead runs' containers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from envs.podman import ensure_image, podman_path, podman_unavailable, reap_containers, start_podman
+from envs.remote import ExecutorSandbox
+from envs.sandbox import SandboxConfig
+from envs.task_env import docker_env_image, docker_env_ready, not_built
+from tasks.environment import Environment
+from tasks.model import Task
+
+
+class PodmanBackend:
+    name = "podman"
+
+    def unavailable(self) -> str | None:
+        return "podman is not installed" if podman_path() is None else podman_unavailable()
+
+    def start(
+        self, config: SandboxConfig, source_dir: Path | None, image: str | None, image_build: Path | None
+    ) -> ExecutorSandbox:
+        ensure_image(image or config.image, image_build if image is not None else None)
+        return start_podman(config, source_dir, image)
+
+    def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
+        image, image_build = task.image, task.image_build
+        if task.environment is not None:
+            base = task.image or config.image
+            ensure_image(base, task.image_build if task.image is not None else None)
+            if not docker_env_ready(task.environment, base):
+                raise not_built(task)
+            image, image_build = docker_env_image(task.environment, base)  # its image built here when missing
+        return self.start(config, task.repo, image, image_build)
+
+    def build_environment(
+        self, environment: Environment, base_image: str, base_build: Path | None, quiet: bool
+    ) -> str:
+        ensure_image(base_image, base_build)
+        image, context = docker_env_image(environment, base_image)
+        ensure_image(image, context)
+        return image
+
+    def in_environment(self, built: str, config: SandboxConfig) -> tuple[SandboxConfig, str | None]:
+        return config, built
+
+    def reap_strays(self, me: str | None, state_dir: Path) -> int:
+        return reap_containers(me, state_dir) if self.unavailable() is None else 0

@@ -1,0 +1,378 @@
+"""`harness sandbox-server`: serves sandboxes of this host's backend to rollout processes on other hosts.
+
+A client (`envs/remote_backend.py`) opens a control stream with the fleet's secret (`envs/stream_auth.py`)
+and asks for one sandbox, shipping its source tree as a tar. The server starts the sandbox on its own
+backend, with that backend's guarantees (no network, limits, labels, expiry, reaping), takes over the
+executor's Unix socket, and relays its bytes to the client's data stream, which opens with the handshake
+on the sandbox's own secret (derived from the control session, never sent), is sealed record by record
+like the control stream, and is accepted once. The
+control stream then answers the client's isolation (alive, limit events, describe, destroy) and carries
+its heartbeats: when it closes, or stays silent past the heartbeat timeout, or the sandbox outlives its
+expiry, the sandbox is destroyed. Beyond its capacity a server refuses, and the client tries the next one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import io
+import os
+import shutil
+import socket
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from envs.backends import backend, resolved
+from envs.channel import ExecutorChannel, Stream
+from envs.lifecycle import current_owner, install_signal_handlers, track
+from envs.remote import ExecutorSandbox
+from envs.remote_backend import CLIENT_SETTINGS, CONTROL, stream_name
+from envs.sandbox import SandboxConfig, SandboxError, SandboxUnusable
+from envs.stream_auth import HandshakeError, Sealed, derive, parse_address, read_secret, server_handshake
+
+
+class ServerConfig(BaseModel):
+    """How a sandbox server listens and what it serves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    listen: str = "127.0.0.1:7420"
+    """host:port to listen on (port 0: any free port, printed at start)."""
+    secret_file: Path
+    """The fleet's secret (32 bytes or more, mode 600): clients prove they know it."""
+    capacity: int = Field(default=4, ge=1)
+    """Most sandboxes served at once; a start beyond it is refused (the client tries its next server)."""
+    heartbeat_timeout_s: float = Field(default=15.0, gt=0)
+    """A sandbox whose client sent nothing for this long is destroyed; clients send a heartbeat every third."""
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    """This host's backend (`auto`: the first local one it can run) and its settings. A client chooses only
+    the limits (`envs.remote_backend.CLIENT_SETTINGS`)."""
+
+
+@dataclass(eq=False)  # one per sandbox, hashed by identity (`envs.lifecycle.track`)
+class Served:
+    """One sandbox of a client: the local sandbox, whose executor stream the server relays."""
+
+    local: ExecutorSandbox
+    executor: Stream
+    unread: bytes
+    """What the local channel had read past the executor's hello."""
+    secret: bytes
+    folder: Path | None
+    """The copy of the client's source tree the sandbox started from."""
+    expires: float
+    release: Callable[[Served], None]
+    data: Stream | None = None
+    gone: bool = False
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def close(self) -> None:
+        self.destroy()
+
+    def destroy(self) -> None:
+        """Destroys the sandbox once; a second caller waits until it is gone."""
+        with self._lock:
+            if self.gone:
+                return
+            self.gone = True
+            try:
+                for sock in (self.data, self.executor):
+                    if sock is not None:
+                        _shutdown(sock)
+                        sock.close()
+                self.local.close()
+            finally:
+                if self.folder is not None:
+                    shutil.rmtree(self.folder, ignore_errors=True)
+                self.release(self)  # its place is free even when closing failed
+
+
+class _Opened:
+    """A transport over a stream the server accepted already."""
+
+    def __init__(self, sock: Stream) -> None:
+        self.sock = sock
+
+    def open(self, timeout: float, alive: Any, describe: Any) -> Stream:
+        return self.sock
+
+    def interrupt(self) -> None:
+        _shutdown(self.sock)
+
+    def close(self) -> None:
+        pass
+
+
+class SandboxServer:
+    """Listens on `config.listen`; each connection is a thread that opens with the handshake, then serves
+    a control stream (`_control`) or relays a data stream (`_relay`)."""
+
+    def __init__(self, config: ServerConfig, secret: bytes) -> None:
+        self.config = config = config.model_copy(update={"sandbox": resolved(config.sandbox)})
+        self._secret = secret
+        self._backend = backend(config.sandbox.backend)
+        if self._backend.name == "remote":
+            raise SandboxError("a sandbox server serves a local backend, not remote")
+        host, port = parse_address(config.listen)
+        self._listener = socket.create_server((host, port), backlog=64)
+        self.address = f"{host}:{self._listener.getsockname()[1]}"
+        self._lock = threading.Lock()
+        self._live: set[int] = set()  # ids of the sandboxes served now
+        self._starting = 0  # starts under way, which hold a place too
+        self._pending: dict[str, Served] = {}  # stream name -> sandbox whose data stream is not open yet
+
+    def serve_forever(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except OSError as e:  # out of descriptors, say: the server waits rather than dies
+                log(f"accept failed: {e}")
+                time.sleep(0.5)
+                continue
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _secret_of(self, name: str) -> bytes | None:
+        if name == CONTROL:
+            return self._secret
+        with self._lock:
+            served = self._pending.get(name)
+        return served.secret if served is not None else None
+
+    def _connection(self, sock: socket.socket) -> None:
+        try:
+            name, key = server_handshake(sock, self._secret_of)
+        except HandshakeError as e:
+            log(f"refused a connection: {e}")
+            sock.close()
+            return
+        stream = Sealed(sock, key, dialer=False)
+        if name == CONTROL:
+            self._control(ExecutorChannel(_Opened(stream)), key)
+        else:
+            self._relay(stream, name)
+
+    # ---- control ------------------------------------------------------------------------------
+    def _control(self, channel: ExecutorChannel, key: bytes) -> None:
+        """Answers one client's requests about its one sandbox, until it closes, falls silent or destroys."""
+        served: Served | None = None
+        try:
+            channel.open(0, lambda: True, lambda: "")
+            channel.send({"ok": True, "hello": os.getpid()}, self.config.heartbeat_timeout_s)
+            while True:
+                wait = self.config.heartbeat_timeout_s
+                if served is not None:
+                    wait = min(wait, served.expires - time.monotonic())
+                request = channel.receive(wait)
+                if request.get("op") == "start" and served is None:
+                    reply, served = self._start(request, key)
+                else:
+                    reply = self._answer_safely(request, served)
+                channel.send(reply, self.config.heartbeat_timeout_s)
+                if request.get("op") == "destroy":
+                    break
+        except SandboxUnusable as e:
+            if served is not None:
+                log(f"sandbox {served.local.id}: its client is gone or its time is up ({e}); destroying it")
+        except Exception as e:  # a malformed request ends this client's stream, never the server
+            log(f"a control stream failed: {e!r}")
+        finally:
+            if served is not None:
+                served.destroy()
+            channel.close()
+
+    def _answer_safely(self, request: dict[str, Any], served: Served | None) -> dict[str, Any]:
+        try:
+            return self._answer(request, served)
+        except OSError as e:  # the sandbox went away under the question (its cgroup removed)
+            return {"ok": False, "error": f"{e}"}
+
+    def _answer(self, request: dict[str, Any], served: Served | None) -> dict[str, Any]:
+        op = request.get("op")
+        if op == "ping":
+            with self._lock:
+                free = self.config.capacity - len(self._live) - self._starting
+            return {"ok": True, "free": free}
+        if op == "destroy" and served is not None:
+            served.destroy()  # waits for a destruction under way (its data stream closed first)
+            return {"ok": True}
+        if served is None or served.gone:
+            return {"ok": False, "error": f"no live sandbox on this stream for {op!r}"}
+        isolation = served.local.isolation
+        if op == "alive":
+            return {"ok": True, "alive": isolation.alive()}
+        if op == "limits":
+            pids, ooms = isolation.limit_events()
+            return {"ok": True, "pids": pids, "ooms": ooms}
+        if op == "describe":
+            return {"ok": True, "describe": isolation.describe()}
+        return {"ok": False, "error": f"unknown request {op!r}"}
+
+    def _start(self, request: dict[str, Any], key: bytes) -> tuple[dict[str, Any], Served | None]:
+        with self._lock:
+            if len(self._live) + self._starting >= self.config.capacity:
+                return {"ok": False, "full": True, "error": f"full ({self.config.capacity} sandboxes)"}, None
+            self._starting += 1
+        try:
+            served = self._start_sandbox(request, key)
+        except (SandboxError, ValueError, tarfile.TarError, OSError) as e:
+            log(f"a start failed: {e}")
+            return {"ok": False, "error": f"the server could not start a sandbox: {e}"}, None
+        finally:
+            with self._lock:
+                self._starting -= 1
+        log(f"sandbox {served.local.id} started ({len(self._live)}/{self.config.capacity})")
+        return {"ok": True, "id": served.local.id, "heartbeat_s": self.config.heartbeat_timeout_s / 3}, served
+
+    def _start_sandbox(self, request: dict[str, Any], key: bytes) -> Served:
+        settings = request.get("settings") or {}
+        if not isinstance(settings, dict) or set(settings) - set(CLIENT_SETTINGS):
+            raise ValueError(f"a client sets only {', '.join(CLIENT_SETTINGS)}")
+        config = SandboxConfig.model_validate({**self.config.sandbox.model_dump(), **settings})
+        folder = None
+        if request.get("source") is not None:  # in the run's folder, which the reaper removes after a crash
+            run_dir = config.state_dir / current_owner(config.state_dir, config.expiry_s).run_id
+            folder = Path(tempfile.mkdtemp(prefix="served-", dir=run_dir))
+        try:
+            if folder is not None:
+                _unpack(str(request["source"]), folder / "repo")
+            image = request.get("image")
+            local = self._backend.start(
+                config, folder / "repo" if folder else None, str(image) if image else None, None
+            )
+        except BaseException:
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
+        executor, unread = local.channel.detach()
+        name = stream_name(local.id)
+        served = Served(
+            local,
+            executor,
+            unread,
+            derive(key, name),
+            folder,
+            time.monotonic() + config.expiry_s,
+            self._release,
+        )
+        with self._lock:
+            self._live.add(id(served))
+            self._pending[name] = served
+        track(served)  # SIGINT / SIGTERM destroy it, its source folder too
+        return served
+
+    def _release(self, served: Served) -> None:
+        with self._lock:
+            self._live.discard(id(served))
+            self._pending.pop(stream_name(served.local.id), None)
+
+    # ---- data ---------------------------------------------------------------------------------
+    def _relay(self, sock: Stream, name: str) -> None:
+        """Joins an authenticated data stream to its sandbox's executor, both ways, until either ends."""
+        with self._lock:
+            served = self._pending.pop(name, None)  # accepted once
+        if served is None or served.gone:
+            sock.close()
+            return
+        served.data = sock
+        for stream in (sock, served.executor):
+            stream.settimeout(None)  # the handshake's and the hello's timeouts must not end an idle relay
+        try:
+            sock.sendall(b'{"ok": true, "hello": 0}\n' + served.unread)
+        except OSError:
+            pass
+        else:
+            back = threading.Thread(target=_pump, args=(served.executor, sock), daemon=True)
+            back.start()
+            _pump(sock, served.executor)
+            back.join()
+        served.destroy()  # a stream is opened once: without it the sandbox is of no more use
+        sock.close()
+
+
+def _pump(source: Stream, sink: Stream) -> None:
+    """Copies `source` into `sink` until either ends, then shuts both, so that the other direction ends too."""
+    try:
+        while chunk := source.recv(1 << 20):
+            sink.sendall(chunk)
+    except OSError:
+        pass
+    _shutdown(source)
+    _shutdown(sink)
+
+
+def _shutdown(sock: Stream) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
+def _unpack(data: str, dest: Path) -> None:
+    dest.mkdir(parents=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r") as tar:
+        tar.extractall(dest, filter="data")
+
+
+def log(message: str) -> None:
+    print(f"{time.strftime('%H:%M:%S')} sandbox-server: {message}", file=sys.stderr, flush=True)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `harness sandbox-server`; an option left out keeps `ServerConfig`'s default."""
+    default = {name: info.default for name, info in ServerConfig.model_fields.items()}
+    parser.add_argument("--listen", help=f"host:port (port 0: any free one; default {default['listen']})")
+    parser.add_argument("--secret", required=True, type=Path, help="file of the fleet's secret (mode 600)")
+    parser.add_argument(
+        "--capacity", type=int, help=f"most sandboxes at once (default {default['capacity']})"
+    )
+    parser.add_argument(
+        "--heartbeat-timeout",
+        type=float,
+        help=f"seconds a client may stay silent (default {default['heartbeat_timeout_s']})",
+    )
+    parser.add_argument("--backend", help="this host's sandbox backend (default: auto)")
+    parser.add_argument("--state-dir", type=Path, help="folder of the sandboxes' sockets and records")
+
+
+def serve(args: argparse.Namespace) -> int:
+    """Serves sandboxes until SIGINT / SIGTERM, which destroy them all."""
+    chosen = {"backend": args.backend, "state_dir": args.state_dir}
+    sandbox = {name: value for name, value in chosen.items() if value is not None}
+    given = {"listen": args.listen, "capacity": args.capacity, "heartbeat_timeout_s": args.heartbeat_timeout}
+    config = ServerConfig(
+        secret_file=args.secret,
+        sandbox=SandboxConfig.model_validate(sandbox),
+        **{name: value for name, value in given.items() if value is not None},
+    )
+    server = SandboxServer(config, read_secret(config.secret_file))
+    install_signal_handlers()
+    log(f"serving {server.config.sandbox.backend} sandboxes, at most {config.capacity} at once")
+    print(f"listening on {server.address}", flush=True)
+    try:
+        server.serve_forever()
+    finally:
+        server.close()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="harness sandbox-server", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return serve(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,402 @@
+"""Remote sandboxes (`envs/remote_backend.py`) served by real `harness sandbox-server` processes
+(`envs/sandbox_server.py`), each on its local bwrap backend and in a network namespace of its own joined
+to the test's by a veth pair, as a host of its own would be (on loopback addresses of their own where
+namespaces cannot be made): the sandbox protocol through a server, a server killed mid-command, a client
+killed or frozen mid-command, capacity, health and the fleet's secret, and a whole rollout graded
+through the servers."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from envs import remote_backend
+from envs.channel import ExecutorChannel
+from envs.factory import start_sandbox
+from envs.lifecycle import reap
+from envs.remote import ExecutorSandbox
+from envs.replacing import ReplacingSandbox
+from envs.sandbox import SandboxConfig, SandboxError, SandboxUnusable
+from envs.stream_auth import HandshakeError, TcpDialer, derive, read_secret
+from tests.conftest import require_backend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Namespace:
+    """A network namespace joined to this one by a veth pair; `host` is its address."""
+
+    def __init__(self, index: int) -> None:
+        tag = f"{os.getpid() % 100000}x{index}"
+        self.name, self.outer, inner = f"hsb{tag}", f"ho{tag}", f"hi{tag}"
+        net = f"10.213.{(os.getpid() % 60) * 4 + index}"
+        self.host = f"{net}.2"
+        steps = [
+            ["netns", "add", self.name],
+            ["link", "add", self.outer, "type", "veth", "peer", "name", inner],
+            ["link", "set", inner, "netns", self.name],
+            ["addr", "add", f"{net}.1/24", "dev", self.outer],
+            ["link", "set", self.outer, "up"],
+            ["-n", self.name, "addr", "add", f"{self.host}/24", "dev", inner],
+            ["-n", self.name, "link", "set", inner, "up"],
+            ["-n", self.name, "link", "set", "lo", "up"],
+        ]
+        try:
+            for step in steps:
+                subprocess.run(["ip", *step], check=True, capture_output=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            self.remove()
+            raise
+
+    def remove(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.name], capture_output=True, timeout=10)
+        subprocess.run(["ip", "link", "del", self.outer], capture_output=True, timeout=10)
+
+
+def namespace(index: int) -> Namespace | None:
+    """A namespace of its own for server `index`, where this process may make one (root, `ip`)."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        return None
+    try:
+        return Namespace(index)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+class Server:
+    """One `harness sandbox-server` process, in `space` where given, else on the loopback address `host`."""
+
+    def __init__(
+        self, host: str, space: Namespace | None, secret: Path, state: Path, capacity: int, heartbeat: float
+    ) -> None:
+        listen = f"{space.host if space else host}:0"
+        command = [
+            sys.executable,
+            "-m",
+            "harness.cli",
+            "sandbox-server",
+            "--listen",
+            listen,
+            "--secret",
+            str(secret),
+        ]
+        command += ["--capacity", str(capacity), "--heartbeat-timeout", str(heartbeat), "--backend", "bwrap"]
+        prefix = ["nsenter", f"--net=/run/netns/{space.name}", "--"] if space else []  # execs: same pid
+        self.state, self.space = state, space
+        self.proc = subprocess.Popen(
+            [*prefix, *command, "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.startswith("listening on "), line
+        self.address = line.split()[-1]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()  # SIGTERM: its sandboxes are closed
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        reap(self.state)  # what a server killed with SIGKILL left
+        if self.space is not None:
+            self.space.remove()
+
+
+@pytest.fixture
+def secret_file(tmp_path: Path) -> Path:
+    path = tmp_path / "fleet.secret"
+    path.write_text(secrets.token_hex(32))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def fleet(tmp_path: Path, secret_file: Path) -> Iterator[Callable[..., list[Server]]]:
+    """Starts sandbox servers, each in a namespace of its own (else on 127.0.0.2, 127.0.0.3, ...); stops
+    them afterwards."""
+    require_backend("bwrap")
+    servers: list[Server] = []
+
+    def start(n: int = 1, capacity: int = 2, heartbeat: float = 3.0) -> list[Server]:
+        for _ in range(n):
+            i = len(servers)
+            state = tmp_path / f"state-{i}"
+            servers.append(Server(f"127.0.0.{i + 2}", namespace(i), secret_file, state, capacity, heartbeat))
+        return servers
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def remote(servers: list[Server], secret: Path, **settings: object) -> SandboxConfig:
+    return SandboxConfig(
+        backend="remote",
+        remote=[s.address for s in servers],
+        remote_secret=secret,
+        **settings,  # type: ignore[arg-type]
+    )
+
+
+def free(server: Server, secret: Path) -> int:
+    return remote_backend.ping(server.address, read_secret(secret))
+
+
+def test_the_sandbox_protocol_works_through_a_server(
+    fleet: Callable[..., list[Server]], secret_file: Path, sample_repo: Path, tmp_path: Path
+) -> None:
+    (server,) = fleet()
+    sandbox = start_sandbox(remote([server], secret_file), sample_repo)
+    assert free(server, secret_file) == 1
+    try:
+        assert sandbox.backend == "remote"
+        result = sandbox.run("python3 -c 'import pkg.calc; print(pkg.calc.add(2, 3))'")
+        assert (result.exit_code, result.output.strip()) == (0, "5")
+        assert sandbox.run("sleep 5", timeout=0.5).timed_out
+        sandbox.write_file("notes/a.txt", b"hello")
+        assert sandbox.read_file("notes/a.txt") == b"hello"
+        sandbox.copy_out("/repo", tmp_path / "out")
+        assert (tmp_path / "out" / "notes" / "a.txt").read_bytes() == b"hello"
+        host, port = server.address.split(":")  # the server's own listener is out of the sandbox's reach
+        reach = f"import socket; socket.create_connection(('{host}', {port}), 2)"
+        assert sandbox.run(["python3", "-c", reach]).exit_code != 0
+        sandbox.reset()
+        assert sandbox.run("test -e notes/a.txt").exit_code != 0
+        assert sandbox.run("cat pkg/calc.py").output.startswith("def add")
+        name = remote_backend.stream_name(
+            sandbox.id
+        )  # the data stream is accepted once, even with its secret
+        key = sandbox.isolation.control.transport.session_key  # type: ignore[attr-defined]
+        with pytest.raises(HandshakeError):
+            ExecutorChannel(TcpDialer(server.address, name, derive(key, name))).accept(5, lambda: True, str)
+        assert sandbox.run("echo still mine").output.strip() == "still mine"
+    finally:
+        sandbox.close()
+        sandbox.close()
+    assert free(server, secret_file) == 2
+
+
+def test_a_served_sandbox_keeps_the_limits_its_client_asked_for(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """The client's `pids_limit` holds on the server, and the server's limit counter reaches the client."""
+    (server,) = fleet()
+    sandbox = start_sandbox(remote([server], secret_file, pids_limit=32))
+    try:
+        spawn = "import subprocess\nfor _ in range(60): subprocess.Popen(['sleep', '5'])"
+        result = sandbox.run(["python3", "-c", spawn], timeout=30)
+        assert result.failure is not None and "process limit" in result.failure, result
+    finally:
+        sandbox.close()
+
+
+def test_a_command_outlives_the_heartbeat_timeout_and_a_sandbox_its_expiry(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """The heartbeats keep a sandbox whose command runs longer than the server's timeout (2 s here); a
+    sandbox older than its `expiry_s` is destroyed by the server, and its client's next call fails."""
+    (server,) = fleet(heartbeat=2.0)
+    sandbox = start_sandbox(remote([server], secret_file))
+    short = start_sandbox(remote([server], secret_file, expiry_s=1.0))
+    try:
+        assert sandbox.run("sleep 3; echo done").output.strip() == "done"
+        with pytest.raises(SandboxUnusable):
+            short.run("echo too late")
+        assert free(server, secret_file) == 1
+    finally:
+        sandbox.close()
+        short.close()
+
+
+def test_a_stopped_server_destroys_its_sandboxes(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    (server,) = fleet()
+    sandbox = start_sandbox(remote([server], secret_file))
+    assert list(server.state.rglob(f"{sandbox.id}.*"))
+    server.proc.terminate()  # SIGTERM
+    server.proc.wait(timeout=20)
+    assert not list(server.state.rglob(f"{sandbox.id}.*"))
+    with pytest.raises(SandboxUnusable, match="lost"):
+        sandbox.run("true")
+    sandbox.close()
+
+
+def run_in_thread(sandbox: ExecutorSandbox, command: str) -> dict[str, object]:
+    outcome: dict[str, object] = {}
+
+    def go() -> None:
+        try:
+            outcome["result"] = sandbox.run(command, timeout=60)
+        except SandboxError as e:
+            outcome["error"] = e
+        outcome["at"] = time.monotonic()
+
+    thread = threading.Thread(target=go, daemon=True)
+    thread.start()
+    outcome["thread"] = thread
+    return outcome
+
+
+def test_a_server_killed_mid_command_makes_the_sandbox_unusable_and_a_new_one_starts_elsewhere(
+    fleet: Callable[..., list[Server]], secret_file: Path, sample_repo: Path
+) -> None:
+    servers = fleet(2)
+    config = remote(servers, secret_file)
+    sandbox = ReplacingSandbox(lambda: start_sandbox(config, sample_repo))
+    inner = sandbox.inner
+    assert isinstance(inner.isolation, remote_backend.RemoteIsolation)
+    (victim,) = [s for s in servers if s.address == inner.isolation.address]
+    sandbox.run("echo work > work.txt")
+    outcome = run_in_thread(inner, "sleep 30")
+    time.sleep(0.5)
+    killed = time.monotonic()
+    victim.proc.send_signal(signal.SIGKILL)
+    outcome["thread"].join(10)  # type: ignore[attr-defined]
+    assert isinstance(outcome.get("error"), SandboxUnusable), outcome
+    assert float(outcome["at"]) - killed < 5  # type: ignore[arg-type]
+    assert "lost" in str(outcome["error"]) or "died" in str(outcome["error"])
+    result = sandbox.run("cat work.txt")  # the sandbox replaces itself: on the other server, repository lost
+    assert result.replaced and not result.carried_over
+    assert sandbox.lost is not None  # what makes the episode an infra error
+    assert sandbox.inner.isolation.address != victim.address  # type: ignore[attr-defined]
+    assert sandbox.run("cat pkg/calc.py").exit_code == 0
+    sandbox.close()
+
+
+CLIENT = """
+import sys
+from pathlib import Path
+from envs.factory import start_sandbox
+from envs.sandbox import SandboxConfig
+config = SandboxConfig(backend="remote", remote=[sys.argv[1]], remote_secret=Path(sys.argv[2]))
+sandbox = start_sandbox(config, None)
+print(sandbox.id, flush=True)
+sandbox.run("sleep 120", timeout=200)
+"""
+
+
+@pytest.mark.parametrize("how", ["killed", "frozen"])
+def test_the_sandboxes_of_a_vanished_client_are_reaped(
+    how: str, fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """Killed: its streams close and the server destroys at once. Frozen (SIGSTOP, as a host that drops
+    off the network without closing anything): the heartbeats stop, and the server destroys within its
+    heartbeat timeout (3 s here)."""
+    (server,) = fleet(capacity=2, heartbeat=3.0)
+    client = subprocess.Popen(
+        [sys.executable, "-c", CLIENT, server.address, str(secret_file)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert client.stdout is not None
+    sandbox_id = client.stdout.readline().strip()
+    assert sandbox_id and free(server, secret_file) == 1
+    assert list(server.state.rglob(f"{sandbox_id}.*"))
+    time.sleep(1)
+    client.send_signal(signal.SIGKILL if how == "killed" else signal.SIGSTOP)
+    gone = time.monotonic()
+    while free(server, secret_file) != 2:
+        assert time.monotonic() - gone < (2 if how == "killed" else 3.0 + 2), "not reaped in time"
+        time.sleep(0.1)
+    assert not list(server.state.rglob(f"{sandbox_id}.*"))
+    client.kill()
+    client.wait()
+
+
+def test_a_full_server_refuses_and_the_client_takes_the_next(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    first, second = fleet(2, capacity=1)
+    only_first = remote([first], secret_file)
+    a = start_sandbox(only_first)
+    try:
+        with pytest.raises(SandboxError, match="full"):
+            start_sandbox(only_first)
+        b = start_sandbox(remote([first, second], secret_file))
+        assert b.isolation.address == second.address  # type: ignore[attr-defined]
+        b.close()
+    finally:
+        a.close()
+
+
+def test_a_server_that_does_not_answer_is_skipped(
+    fleet: Callable[..., list[Server]], secret_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (server,) = fleet()
+    monkeypatch.setattr(remote_backend, "CONNECT_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(remote_backend, "_turn", itertools.count())  # the first start begins at the first
+    monkeypatch.setattr(remote_backend, "_down", {})
+    silent = socket.create_server(("127.0.0.9", 0))  # accepts, never speaks
+    dead = "127.0.0.10:9"  # nothing listens
+    addresses = [f"127.0.0.9:{silent.getsockname()[1]}", dead, server.address]
+    config = SandboxConfig(backend="remote", remote=addresses, remote_secret=secret_file)
+    start = time.monotonic()
+    sandbox = start_sandbox(config)
+    assert sandbox.isolation.address == server.address  # type: ignore[attr-defined]
+    assert time.monotonic() - start < 10
+    sandbox.close()
+    assert set(addresses[:2]) <= set(remote_backend._down)  # tried after the others for a while
+    sandbox = start_sandbox(config)
+    assert sandbox.isolation.address == server.address  # type: ignore[attr-defined]
+    sandbox.close()
+    silent.close()
+
+
+def test_a_client_chooses_only_the_limits_of_its_sandbox(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """The server's own settings (its backend, state folder, host user) are not a client's to change."""
+    (server,) = fleet()
+    control = ExecutorChannel(TcpDialer(server.address, remote_backend.CONTROL, read_secret(secret_file)))
+    control.accept(5, lambda: True, str)
+    for settings in ({"host_uid": 0}, {"state_dir": "/etc"}, {"backend": "docker"}, {"memory_mb": 1}):
+        reply = control.call({"op": "start", "settings": settings, "source": None, "image": None}, 30)
+        assert not reply["ok"] and "could not start" in reply["error"], (settings, reply)
+    assert control.call({"op": "ping"}, 5) == {"ok": True, "free": 2}
+    control.close()
+
+
+def test_a_client_without_the_fleet_secret_is_refused(
+    fleet: Callable[..., list[Server]], tmp_path: Path
+) -> None:
+    (server,) = fleet()
+    wrong = tmp_path / "wrong.secret"
+    wrong.write_text(secrets.token_hex(32))
+    wrong.chmod(0o600)
+    with pytest.raises(SandboxError, match="handshake"):
+        start_sandbox(SandboxConfig(backend="remote", remote=[server.address], remote_secret=wrong))
+    os.chmod(wrong, 0o644)
+    with pytest.raises(SandboxError, match="chmod 600"):
+        start_sandbox(SandboxConfig(backend="remote", remote=[server.address], remote_secret=wrong))
+
+
+def test_a_rollout_reaches_reward_1_through_sandbox_servers(
+    fleet: Callable[..., list[Server]], secret_file: Path, tmp_path: Path
+) -> None:
+    from harness.rollouts.config import RolloutConfig
+    from harness.rollouts.local import rollout
+    from tasks.suite import load_suite
+
+    servers = fleet(2, capacity=4)
+    task = load_suite("builtin")[0]
+    config = RolloutConfig(
+        tasks=[task.id], policy="scripted:gold", out=tmp_path / "run", sandbox=remote(servers, secret_file)
+    )
+    summary = rollout(config)
+    assert (summary.trajectories, summary.mean_reward) == (1, 1.0), summary
