@@ -9,7 +9,7 @@ from pathlib import Path
 from envs.podman import ensure_image, podman_path, podman_unavailable, reap_containers, start_podman
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
-from envs.task_env import docker_env_image, docker_env_ready, not_built
+from envs.task_env import image_environment, image_task_start
 from tasks.environment import Environment
 from tasks.model import Task
 
@@ -27,22 +27,13 @@ class PodmanBackend:
         return start_podman(config, source_dir, image)
 
     def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
-        image, image_build = task.image, task.image_build
-        if task.environment is not None:
-            base = task.image or config.image
-            ensure_image(base, task.image_build if task.image is not None else None)
-            if not docker_env_ready(task.environment, base):
-                raise not_built(task)
-            image, image_build = docker_env_image(task.environment, base)  # its image built here when missing
+        image, image_build = image_task_start(task, config.image, ensure_image)
         return self.start(config, task.repo, image, image_build)
 
     def build_environment(
         self, environment: Environment, base_image: str, base_build: Path | None, quiet: bool
     ) -> str:
-        ensure_image(base_image, base_build)
-        image, context = docker_env_image(environment, base_image)
-        ensure_image(image, context)
-        return image
+        return image_environment(environment, base_image, base_build, ensure_image)
 
     def in_environment(self, built: str, config: SandboxConfig) -> tuple[SandboxConfig, str | None]:
         return config, built

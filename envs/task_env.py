@@ -22,6 +22,7 @@ import subprocess
 import sys
 import sysconfig
 import venv
+from collections.abc import Callable
 from pathlib import Path
 
 from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError, harness_cache, locked_beside
@@ -183,3 +184,31 @@ def not_built(task: Task) -> SandboxError:
     return SandboxError(
         f"task {task.id}: its environment is not built: run `harness env build --suite SUITE`"
     )
+
+
+def image_task_start(
+    task: Task, config_image: str, ensure_image: Callable[[str, Path | None], None]
+) -> tuple[str | None, Path | None]:
+    """(image, build context) of a sandbox of `task` on a backend of images (Docker, Podman): the task's
+    own, or, for a task with an environment, the environment's image on it (built from the context when
+    the sandbox starts); the environment's context must be made already (`harness env build`)."""
+    if task.environment is None:
+        return task.image, task.image_build
+    base = task.image or config_image
+    ensure_image(base, task.image_build if task.image is not None else None)
+    if not docker_env_ready(task.environment, base):
+        raise not_built(task)
+    return docker_env_image(task.environment, base)
+
+
+def image_environment(
+    environment: Environment,
+    base_image: str,
+    base_build: Path | None,
+    ensure_image: Callable[[str, Path | None], None],
+) -> str:
+    """Builds `environment` as an image on `base_image` (itself built from `base_build` where given)."""
+    ensure_image(base_image, base_build)
+    image, context = docker_env_image(environment, base_image)
+    ensure_image(image, context)
+    return image
