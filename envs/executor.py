@@ -406,7 +406,9 @@ class Executor:
             if op == "reset":
                 return self.reset(req)
             return {"ok": False, "error": f"unknown op {op!r}"}
-        except (OSError, KeyError, ValueError, tarfile.TarError) as e:
+        except (OSError, KeyError, ValueError, tarfile.TarError, RecursionError, MemoryError) as e:
+            # RecursionError: a tree deeper than a walk's recursion (the red team's 1,500 nested folders)
+            # must fail the request, not end the executor and with it the sandbox, as an infra error.
             return {"ok": False, "error": f"{type(e).__name__}: {e}"}
 
 

@@ -26,7 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -139,7 +139,12 @@ class SandboxServer:
                 time.sleep(0.5)
                 continue
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
+            try:
+                threading.Thread(target=self._connection, args=(sock,), daemon=True).start()
+            except RuntimeError as e:  # no thread to be had (a flood of connections): this one is dropped
+                log(f"connection dropped: {e}")
+                sock.close()
+                time.sleep(0.1)
 
     def close(self) -> None:
         self._listener.close()
@@ -323,7 +328,24 @@ def _shutdown(sock: Stream) -> None:
 def _unpack(data: str, dest: Path) -> None:
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r") as tar:
+        through_links(tar.getmembers())
         tar.extractall(dest, filter="data")
+
+
+def through_links(members: list[tarfile.TarInfo]) -> None:
+    """Refuses an archive with an entry whose path goes through one of its links: a tar of a folder never
+    has one (tar does not follow links), and chains of them are how an archive escapes the `data` filter
+    of Pythons without the fix of CVE-2025-4517 (the red team wrote a file outside the folder that way)."""
+    links: set[str] = set()
+    for member in members:
+        parts = PurePosixPath(member.name.lstrip("/")).parts
+        for depth in range(1, len(parts)):
+            if PurePosixPath(*parts[:depth]).as_posix() in links:
+                raise tarfile.TarError(
+                    f"{member.name}: its path goes through the link {PurePosixPath(*parts[:depth])}"
+                )
+        if member.issym() or member.islnk():
+            links.add(PurePosixPath(*parts).as_posix() if parts else "")
 
 
 def log(message: str) -> None:

@@ -400,3 +400,31 @@ def test_a_rollout_reaches_reward_1_through_sandbox_servers(
     )
     summary = rollout(config)
     assert (summary.trajectories, summary.mean_reward) == (1, 1.0), summary
+
+
+def test_an_archive_whose_paths_go_through_its_links_is_refused(tmp_path: Path) -> None:
+    """Red team (docs/reliability.md 5j): a chain of links and a path through them wrote a file outside the
+    server's folder, past the `data` filter of a Python without the fix of CVE-2025-4517. A tar of a folder
+    never has such a path, so the server refuses any."""
+    import base64
+    import io
+    import tarfile
+
+    from envs.sandbox_server import _unpack
+
+    def archive(*members: tuple[str, str | None]) -> str:
+        buffer = io.BytesIO()
+        with tarfile.open(fileobj=buffer, mode="w") as tar:
+            for name, link in members:
+                info = tarfile.TarInfo(name)
+                if link is None:
+                    tar.addfile(info, io.BytesIO(b""))
+                else:
+                    info.type, info.linkname = tarfile.SYMTYPE, link
+                    tar.addfile(info)
+        return base64.b64encode(buffer.getvalue()).decode()
+
+    with pytest.raises(tarfile.TarError, match="goes through the link escape"):
+        _unpack(archive(("escape", "."), ("escape/x", None)), tmp_path / "a")
+    _unpack(archive(("pkg/link", "../README"), ("README", None), ("pkg/mod.py", None)), tmp_path / "b")
+    assert (tmp_path / "b" / "pkg" / "link").is_symlink() and (tmp_path / "b" / "pkg" / "mod.py").is_file()

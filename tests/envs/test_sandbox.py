@@ -132,6 +132,21 @@ def test_read_errors_are_errors_not_a_broken_sandbox(sandbox: ExecutorSandbox) -
     assert sandbox.run("echo fine").output == "fine\n"
 
 
+def test_a_tree_too_deep_to_walk_fails_the_request_not_the_executor(
+    sandbox: ExecutorSandbox, tmp_path: Path
+) -> None:
+    """Red team (docs/reliability.md 5j): 1,500 nested folders made a walk raise RecursionError, which ended
+    the executor, so the sandbox died as an infra error: an episode could escape its grade that way. Now
+    the copy fails as the agent's tree's doing and the sandbox lives on."""
+    made = sandbox.run("i=0; while [ $i -lt 1500 ]; do mkdir d && cd d || exit 1; i=$((i+1)); done")
+    assert made.exit_code == 0, made.output
+    with pytest.raises(SandboxError, match="RecursionError") as failed:
+        sandbox.copy_out("/repo", tmp_path / "out")
+    assert not isinstance(failed.value, SandboxUnusable)
+    assert sandbox.failure is None
+    assert sandbox.run("echo fine").output == "fine\n"
+
+
 def test_copy_in_and_out_round_trip(sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
