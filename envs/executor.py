@@ -386,6 +386,7 @@ class Executor:
         for extra in req.get("clear", []):
             if os.path.isdir(extra):  # /dev/mqueue exists on Docker only
                 clear_dir(extra)
+        remove_ipc()
         return {"ok": True, "clean": clean}
 
     def handle(self, req: dict) -> dict:
@@ -410,6 +411,33 @@ class Executor:
             # RecursionError: a tree deeper than a walk's recursion (the red team's 1,500 nested folders)
             # must fail the request, not end the executor and with it the sandbox, as an infra error.
             return {"ok": False, "error": f"{type(e).__name__}: {e}"}
+
+
+IPC_RMID = 0
+
+
+def remove_ipc() -> None:
+    """Removes the System V message queues, shared memory segments and semaphore sets of the sandbox's IPC
+    namespace (its own on every backend): they outlive the processes that made them, so what one episode
+    left there the next would find (the red team's message survived a reset, docs/reliability.md 5j)."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    for kind in ("msg", "shm", "sem"):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            ident = int(row.split()[1])
+            if kind == "sem":
+                libc.semctl(ident, 0, IPC_RMID)
+            else:
+                getattr(libc, f"{kind}ctl")(ident, IPC_RMID, None)
 
 
 def mount_points() -> set[str]:

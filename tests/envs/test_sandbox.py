@@ -147,6 +147,24 @@ def test_a_tree_too_deep_to_walk_fails_the_request_not_the_executor(
     assert sandbox.run("echo fine").output == "fine\n"
 
 
+IPC_OBJECTS = (
+    'python3 -c "import ctypes; c = ctypes.CDLL(None); '
+    'print(c.msgget(0x1234, 0o1600), c.shmget(0x1235, 1 << 20, 0o1600), c.semget(0x1236, 1, 0o1600))"'
+)
+
+
+def test_a_reset_removes_system_v_ipc_objects(sandbox: ExecutorSandbox) -> None:
+    """Red team (docs/reliability.md 5j): a message queue written in one episode was read after the reset
+    by the next. The sandbox's IPC namespace is its own; a reset empties it."""
+    made = sandbox.run(IPC_OBJECTS)
+    assert made.exit_code == 0 and "-1" not in made.output.split(), made.output
+    listed = sandbox.run("cat /proc/sysvipc/msg /proc/sysvipc/shm /proc/sysvipc/sem | grep -v key | wc -l")
+    assert listed.output.strip() == "3"
+    sandbox.reset()
+    listed = sandbox.run("cat /proc/sysvipc/msg /proc/sysvipc/shm /proc/sysvipc/sem | grep -v key | wc -l")
+    assert listed.output.strip() == "0"
+
+
 def test_copy_in_and_out_round_trip(sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
