@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import os
 import queue
+import resource
 import shlex
 import shutil
 import stat
@@ -299,6 +300,10 @@ def _launcher(
     seccomp = _seccomp_file(run_dir)
     setup += [f"exec {SECCOMP_FD}< {shlex.quote(str(seccomp))}"] if seccomp is not None else []
     setup += [f"ulimit -f {config.disk_mb * 1024 * 2}"]  # largest file, in 512-byte blocks
+    own = resource.getrlimit(resource.RLIMIT_NOFILE)[1]  # a shell cannot raise it past its own hard limit
+    setup += [
+        f"ulimit -n {config.open_files if own == resource.RLIM_INFINITY else min(config.open_files, own)}"
+    ]
     if group is None:  # the process limit is the executor's own rlimit (--max-processes)
         setup += [f"ulimit -v {(config.memory_mb + 512) * 1024}"]
     command = ["/bin/sh", "-c", "; ".join(setup) + '; exec "$@"', "sh"]

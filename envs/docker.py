@@ -206,7 +206,10 @@ def _start_container(
             volumes=volumes,
             user="1000:1000",
             working_dir=WORKDIR,
-            ulimits=[docker.types.Ulimit(name="fsize", soft=config.disk_mb << 20, hard=config.disk_mb << 20)],
+            ulimits=[
+                docker.types.Ulimit(name="fsize", soft=config.disk_mb << 20, hard=config.disk_mb << 20),
+                docker.types.Ulimit(name="nofile", soft=config.open_files, hard=config.open_files),
+            ],
         )
     except docker.errors.ImageNotFound as e:
         channel.close()

@@ -6,8 +6,8 @@ other writable folder (podman's `--read-only` alone would add tmpfs on /run and 
 PID 1 connecting back over a bound socket file, and labels naming the owner run and an expiry. Podman's
 default seccomp profile allows what Docker's refuses a process without capabilities (a sandbox made
 itself a user namespace with `unshare -Ur`): each run's containers get that profile with new namespaces,
-mounts and key rings refused (`closed_profile`). Open files and processes are capped at the harness's own
-limits, as a Docker container inherits its daemon's (`inherited_limits`).
+mounts and key rings refused (`closed_profile`). Open files are capped by the settings (`open_files`) and
+processes at the harness's own limit, as a Docker container inherits its daemon's (`process_limits`).
 
 Run by root, podman is rootful and still daemonless: each container's only parent is its monitor (conmon),
 and nothing listens for requests. Run by another user it is rootless, which enforces the limits only where
@@ -262,16 +262,17 @@ def _bind(source: Path, target: str, mode: str) -> list[str]:
     return ["--volume", f"{source}:{target}:{mode}"]
 
 
-def inherited_limits() -> list[str]:
-    """The open files and processes limits a Docker container inherits from its daemon, here the harness's
-    own. Left alone, rootful podman asks for 1048576 of each, which a root without CAP_SYS_RESOURCE (this
-    kind of VM) cannot grant, and podman 4.3 lowers its own process limit to `NPROC_CEILING` before it
-    starts a container."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+def process_limits(open_files: int) -> list[str]:
+    """The open files limit of the settings, and the processes limit a Docker container inherits from its
+    daemon, here the harness's own. Left alone, rootful podman asks for 1048576 of each, which a root
+    without CAP_SYS_RESOURCE (this kind of VM) cannot grant, and podman 4.3 lowers its own process limit to
+    `NPROC_CEILING` before it starts a container."""
     nproc = min(
         NPROC_CEILING, *(n for n in resource.getrlimit(resource.RLIMIT_NPROC) if n != resource.RLIM_INFINITY)
     )
-    return ["--ulimit", f"nofile={soft}:{hard}", "--ulimit", f"nproc={nproc}:{nproc}"]
+    own = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    nofile = open_files if own == resource.RLIM_INFINITY else min(open_files, own)
+    return ["--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
 
 
 def run_options(
@@ -288,7 +289,7 @@ def run_options(
         # Podman mounts a tmpfs noexec unless told: the repository's scripts must run. U: owned by the user.
         "--tmpfs", f"{WORKDIR}:rw,size={config.disk_mb}m,mode=0755,exec,U",
         "--tmpfs", f"/tmp:rw,size={config.tmp_mb}m,mode=1777,exec",
-        "--user", "1000:1000", "--workdir", WORKDIR, "--ulimit", f"fsize={fsize}:{fsize}", *inherited_limits(),
+        "--user", "1000:1000", "--workdir", WORKDIR, "--ulimit", f"fsize={fsize}:{fsize}", *process_limits(config.open_files),
         "--entrypoint", json.dumps(ENTRYPOINT),
         *_bind(sock, "/run/harness.sock", "rw"), *_bind(EXECUTOR, "/opt/harness/executor.py", "ro"),
     ]  # fmt: skip

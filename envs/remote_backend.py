@@ -34,6 +34,7 @@ CONTROL = "control"
 CLIENT_SETTINGS = (
     "memory_mb",
     "pids_limit",
+    "open_files",
     "cpus",
     "disk_mb",
     "tmp_mb",

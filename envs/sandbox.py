@@ -54,6 +54,11 @@ class SandboxConfig(BaseModel):
     """Memory limit of the whole sandbox, tmpfs included."""
     pids_limit: int = Field(default=256, ge=16)
     """Most processes and threads alive at once in the sandbox."""
+    open_files: int = Field(default=4096, ge=64)
+    """Most files one process of the sandbox may hold open (RLIMIT_NOFILE, soft and hard). With
+    `pids_limit` it bounds what one sandbox can take of the host's file table: 256 x 4,096 is about 1 M of
+    a host's usual 2-9 M; the red team filled a fifth of this host's with 20,000 a process
+    (docs/reliability.md 5j)."""
     cpus: float = Field(default=1.0, gt=0)
     """CPU quota, in cores."""
     disk_mb: int = Field(default=1024, ge=16)

@@ -165,6 +165,15 @@ def test_a_reset_removes_system_v_ipc_objects(sandbox: ExecutorSandbox) -> None:
     assert listed.output.strip() == "0"
 
 
+def test_open_files_are_capped_per_process(make_sandbox: MakeSandbox) -> None:
+    """Red team (docs/reliability.md 5j): 20,000 open files in each of 256 processes is more than the host's
+    file table. Every backend caps a process at `open_files`."""
+    sandbox = make_sandbox(open_files=256)
+    assert sandbox.run("ulimit -n; ulimit -Hn").output.split() == ["256", "256"]
+    many = sandbox.run("python3 -c \"fs = [open('/dev/null') for _ in range(300)]\"")
+    assert many.exit_code != 0 and "Too many open files" in many.output
+
+
 def test_copy_in_and_out_round_trip(sandbox: ExecutorSandbox, sample_repo: Path, tmp_path: Path) -> None:
     src = tmp_path / "src"
     (src / "a" / "b").mkdir(parents=True)
