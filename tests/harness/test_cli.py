@@ -49,7 +49,7 @@ def test_sandbox_run_rejects_bad_input(backend: str, tmp_path: Path) -> None:
     assert proc.returncode != 0 and "give a command" in proc.stderr
     proc = harness("sandbox", "run", "--backend", backend, "--dir", str(tmp_path / "missing"), "--", "true")
     assert proc.returncode != 0 and "not a directory" in proc.stderr
-    proc = harness("sandbox", "run", "--backend", "podman", "--", "true")
+    proc = harness("sandbox", "run", "--backend", "nosuch", "--", "true")
     assert proc.returncode == 2 and "backend" in proc.stderr
 
 
