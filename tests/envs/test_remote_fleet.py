@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -131,16 +132,24 @@ def fleet(tmp_path: Path, secret_file: Path) -> Iterator[Callable[..., list[Serv
     require_backend("bwrap")
     servers: list[Server] = []
 
+    states: list[Path] = []
+
     def start(n: int = 1, capacity: int = 2, heartbeat: float = 3.0) -> list[Server]:
         for _ in range(n):
             i = len(servers)
-            state = tmp_path / f"state-{i}"
-            servers.append(Server(f"127.0.0.{i + 2}", namespace(i), secret_file, state, capacity, heartbeat))
+            # A short folder: the executors' socket paths must fit AF_UNIX's 108 bytes, which pytest's
+            # tmp_path under xdist (/tmp/pytest-of-root/pytest-N/popen-gwK/test_.../) did not leave them.
+            states.append(Path(tempfile.mkdtemp(prefix=f"hs{i}-", dir="/tmp")))
+            servers.append(
+                Server(f"127.0.0.{i + 2}", namespace(i), secret_file, states[-1], capacity, heartbeat)
+            )
         return servers
 
     yield start
     for server in servers:
         server.stop()
+    for state in states:
+        shutil.rmtree(state, ignore_errors=True)
 
 
 def remote(servers: list[Server], secret: Path, **settings: object) -> SandboxConfig:
