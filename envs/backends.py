@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from envs.remote import ExecutorSandbox
-from envs.sandbox import BACKENDS, SandboxConfig, SandboxError
+from envs.sandbox import BACKENDS, SandboxConfig, SandboxError, known_backend
 from tasks.environment import Environment
 from tasks.model import Task
 
@@ -74,11 +74,10 @@ def resolve_backend(name: str) -> str:
     daemon that stops answering mid-run gives infra errors, not rollouts graded on the host instead)."""
     global _auto
     if name != "auto":
-        if name not in BACKENDS:
-            raise SandboxError(
-                f"unknown sandbox backend {name!r}: expected auto or one of {', '.join(BACKENDS)}"
-            )
-        return name
+        try:
+            return known_backend(name)
+        except ValueError as e:
+            raise SandboxError(str(e)) from None
     with _auto_lock:
         if _auto is None:
             reasons = []
@@ -104,7 +103,5 @@ def resolved(config: SandboxConfig) -> SandboxConfig:
 
 
 def reap_strays_everywhere(me: str | None, state_dir: Path) -> int:
-    """Every available backend's `reap_strays` (`harness sandbox reap`)."""
-    return sum(
-        _load(name).reap_strays(me, state_dir) for name in BACKENDS if _load(name).unavailable() is None
-    )
+    """Every backend's `reap_strays` (`harness sandbox reap`); each asks its own engine only where it runs."""
+    return sum(_load(name).reap_strays(me, state_dir) for name in BACKENDS)
