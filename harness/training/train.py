@@ -116,7 +116,11 @@ class TrainConfig(BaseModel):
     threads: CpuThreads = Field(default_factory=CpuThreads)
     """How a one-process CPU run shares the cores between the learner and the in-process sampler."""
     mode: Literal["sync", "async"] = "sync"
-    """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n."""
+    """`sync`: roll out, then learn, in turn. `async`: roll out step n+1 while the learner trains on step n.
+    In `async`, a learner that sets neither `ratio_against` nor `importance` takes the ratio against the
+    sampler (`ratio_against: sampler, importance: none`), so the clip bounds the staleness; against the
+    learner the ratio is 1 and truncated importance weights alone let the demo collapse on one seed of
+    three (docs/benchmarks.md, "the training demo in mode: async")."""
     stream_groups: bool | None = None
     """`mode: sync`: the learner takes each group's forward and backward passes as soon as the group is
     graded, while the rest of the batch rolls out, and steps once the batch is whole (the same update, one
@@ -203,6 +207,12 @@ class TrainConfig(BaseModel):
     def _teacher_folder(self) -> TrainConfig:
         if self.credit.teacher not in ("self", "reference"):
             teacher_folder(self.credit.teacher, self.model)  # a folder of a model with the same vocabulary
+        return self
+
+    @model_validator(mode="after")
+    def _async_ratio(self) -> TrainConfig:
+        if self.mode == "async" and not {"ratio_against", "importance"} & self.learner.model_fields_set:
+            self.learner = self.learner.model_copy(update={"ratio_against": "sampler", "importance": "none"})
         return self
 
     @model_validator(mode="after")

@@ -248,6 +248,21 @@ def test_groups_that_all_failed_get_hint_rollouts_outside_their_baseline(
         )
 
 
+def test_async_takes_the_ratio_against_the_sampler_unless_the_learner_says_otherwise(tmp_path: Path) -> None:
+    """In `mode: async` the clip must see the staleness: the default learner's ratio is against the
+    sampler's log-probs; a learner that names `ratio_against` or `importance` keeps what it named, and
+    `sync` keeps the learner's defaults."""
+    base = {"model": str(tmp_path)}
+    plain = TrainConfig.model_validate({**base, "mode": "async", "learner": {"lr": 1e-5}}).learner
+    assert (plain.ratio_against, plain.importance, plain.lr) == ("sampler", "none", 1e-5)
+    saved = TrainConfig.model_validate({**base, "mode": "async"}).model_dump(mode="json")
+    assert TrainConfig.model_validate(saved).learner.ratio_against == "sampler"  # a resume reads the same
+    chosen = TrainConfig.model_validate({**base, "mode": "async", "learner": {"importance": "mask"}}).learner
+    assert (chosen.ratio_against, chosen.importance) == ("learner", "mask")
+    sync = TrainConfig.model_validate(base).learner
+    assert (sync.ratio_against, sync.importance) == ("learner", "truncate")
+
+
 def test_the_learner_and_the_sampler_get_their_thread_counts(tiny_model_path: Path, tmp_path: Path) -> None:
     """`threads` reaches each side on a one-process CPU run; the async default leaves the learner cores;
     a GPU, torchrun or a sampler server leaves torch's counts alone."""
