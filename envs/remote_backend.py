@@ -4,8 +4,13 @@
 takes the first that answers and has room (one that does not answer within `CONNECT_TIMEOUT_S`, or is
 full, is skipped). The sandbox is an `ExecutorSandbox` like any other: its channel is the relayed executor
 stream (`envs.stream_auth.TcpDialer`), its isolation asks the server over the control stream, which also
-carries a heartbeat every few seconds. The servers hold the images and environments: this backend builds
-none.
+carries a heartbeat every few seconds.
+
+A start sends what the sandbox is made of (`Recipe`): besides the source tree, the task's image, the build
+context of an image built from its Dockerfile (a tar, as the source is), and the task's own environment
+(`tasks.environment.Environment`). The server builds what it does not hold yet with its own backend, by
+the key that backend caches it under, once however many clients ask at the same time, and starts the
+sandbox in it; this backend builds nothing on its own host.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ import weakref
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from envs.channel import ExecutorChannel
 from envs.lifecycle import closing, track
@@ -51,11 +58,46 @@ CONTROL_TIMEOUT_S = 10.0
 """Longest wait for a server's answer about a sandbox (alive, limits, describe, destroy)."""
 START_MARGIN_S = 30.0
 """Slack over the sandbox's own start timeout for shipping its source and the server's work."""
+BUILD_TIMEOUT_S = 1800.0
+"""Longest wait, over a start's own, for a server to build the sandbox's image or environment (its package
+downloads included)."""
+IN_ENVIRONMENT = "served-environment:"
+"""How the image that `RemoteBackend.in_environment` gives starts: what follows is the environment (an
+`InEnvironment`) that the servers build when a sandbox first needs it."""
 DOWN_S = 30.0
 """How long a server that did not answer is tried only after the others (a host gone costs each start
 `CONNECT_TIMEOUT_S` otherwise)."""
 _down: dict[str, float] = {}
 """Servers that did not answer, and until when (`time.monotonic`) they come last."""
+
+
+class Recipe(BaseModel):
+    """What a server makes a sandbox of, besides its source tree; the server's own settings fill the rest."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
+    """The image (None: the server's `sandbox.image`); a name, never an option to an engine's command."""
+    image_build: str | None = None
+    """The build context that makes `image` where the server does not hold it: a tar, base64."""
+    environment: Environment | None = None
+    """The task's own environment, built on `image` (`envs/task_env.py`) where the server has not yet."""
+
+    def builds(self) -> bool:
+        """Whether the server may have to build something before the sandbox starts."""
+        return self.image_build is not None or self.environment is not None
+
+
+class InEnvironment(BaseModel):
+    """An environment for the servers to build (`RemoteBackend.build_environment`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    environment: Environment
+    image: str
+    """The image it is built on."""
+    image_build: Path | None = None
+    """The build context of `image`, packed when a sandbox starts."""
 
 
 class ServerDown(SandboxError):
@@ -166,21 +208,41 @@ class RemoteBackend:
     def start(
         self, config: SandboxConfig, source_dir: Path | None, image: str | None, image_build: Path | None
     ) -> ExecutorSandbox:
-        if image_build is not None:
-            raise SandboxError(f"sandbox servers build no images: build {image} on each server first")
+        environment = None
+        if image is not None and image.startswith(IN_ENVIRONMENT):
+            served = InEnvironment.model_validate_json(image.removeprefix(IN_ENVIRONMENT))
+            environment, image, image_build = served.environment, served.image, served.image_build
+        recipe = Recipe(image=image, image_build=_pack(image_build), environment=environment)
+        return self._start(config, source_dir, recipe)
+
+    def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
+        recipe = Recipe(image=task.image, image_build=_pack(task.image_build), environment=task.environment)
+        return self._start(config, task.repo, recipe)
+
+    def build_environment(
+        self, environment: Environment, base_image: str, base_build: Path | None, quiet: bool
+    ) -> str:
+        """Builds nothing here: each server builds the environment when a sandbox first needs it."""
+        built = InEnvironment(environment=environment, image=base_image, image_build=base_build)
+        return IN_ENVIRONMENT + built.model_dump_json()
+
+    def in_environment(self, built: str, config: SandboxConfig) -> tuple[SandboxConfig, str | None]:
+        return config, built
+
+    def _start(self, config: SandboxConfig, source_dir: Path | None, recipe: Recipe) -> ExecutorSandbox:
         if not config.remote or config.remote_secret is None:
             raise SandboxError(
                 "sandbox.backend=remote needs sandbox.remote (host:port, ...) and sandbox.remote_secret"
             )
         secret = read_secret(config.remote_secret)
-        source = _pack(source_dir) if source_dir is not None else None
+        source = _pack(source_dir)
         first = next(_turn) % len(config.remote)
         order = config.remote[first:] + config.remote[:first]
         order.sort(key=lambda address: _down.get(address, 0.0) > time.monotonic())  # the answering first
         reasons = []
         for address in order:
             try:
-                return _start_on(address, secret, config, source, image)
+                return _start_on(address, secret, config, source, recipe)
             except SandboxError as e:
                 if closing.is_set():
                     raise
@@ -189,27 +251,12 @@ class RemoteBackend:
                 reasons.append(f"{address}: {e}")
         raise SandboxError(f"no sandbox server started a sandbox ({'; '.join(reasons)})")
 
-    def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
-        if task.environment is not None:
-            raise SandboxError(
-                f"task {task.id}: tasks with an environment of their own are not served remotely yet"
-            )
-        return self.start(config, task.repo, task.image, task.image_build)
-
-    def build_environment(
-        self, environment: Environment, base_image: str, base_build: Path | None, quiet: bool
-    ) -> str:
-        raise SandboxError("the remote backend builds no environments: build them on the sandbox servers")
-
-    def in_environment(self, built: str, config: SandboxConfig) -> tuple[SandboxConfig, str | None]:
-        raise SandboxError("the remote backend builds no environments: build them on the sandbox servers")
-
     def reap_strays(self, me: str | None, state_dir: Path) -> int:
         return 0  # a server destroys what its vanished clients left
 
 
 def _start_on(
-    address: str, secret: bytes, config: SandboxConfig, source: str | None, image: str | None
+    address: str, secret: bytes, config: SandboxConfig, source: str | None, recipe: Recipe
 ) -> ExecutorSandbox:
     """A sandbox served by `address`; `SandboxError` when it does not answer, is full or fails to start one."""
     dialer = TcpDialer(address, CONTROL, secret)
@@ -221,8 +268,9 @@ def _start_on(
             raise ServerDown(str(e)) from e
         _down.pop(address, None)
         settings = {name: getattr(config, name) for name in CLIENT_SETTINGS}
-        request = {"op": "start", "settings": settings, "source": source, "image": image}
-        reply = control.call(request, config.start_timeout_s + START_MARGIN_S)
+        request = {"op": "start", "settings": settings, "source": source, "recipe": recipe.model_dump()}
+        building = BUILD_TIMEOUT_S if recipe.builds() else 0.0
+        reply = control.call(request, config.start_timeout_s + START_MARGIN_S + building)
     except BaseException:
         control.close()
         raise
@@ -240,10 +288,13 @@ def _start_on(
     return sandbox
 
 
-def _pack(source_dir: Path) -> str:
+def _pack(folder: Path | None) -> str | None:
+    """A tar of `folder`'s contents (links kept as links), base64; None for None."""
+    if folder is None:
+        return None
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for child in sorted(Path(source_dir).iterdir()):
+        for child in sorted(Path(folder).iterdir()):
             tar.add(child, arcname=child.name)
     return base64.b64encode(buf.getvalue()).decode()
 

@@ -1,12 +1,14 @@
 """`harness sandbox-server`: serves sandboxes of this host's backend to rollout processes on other hosts.
 
 A client (`envs/remote_backend.py`) opens a control stream with the fleet's secret (`envs/stream_auth.py`)
-and asks for one sandbox, shipping its source tree as a tar. The server starts the sandbox on its own
-backend, with that backend's guarantees (no network, limits, labels, expiry, reaping), takes over the
-executor's Unix socket, and relays its bytes to the client's data stream, which opens with the handshake
-on the sandbox's own secret (derived from the control session, never sent), is sealed record by record
-like the control stream, and is accepted once. The
-control stream then answers the client's isolation (alive, limit events, describe, destroy) and carries
+and asks for one sandbox within the server's maxima (`ServerMaxima`), shipping its source tree as a tar
+and what the sandbox is made of (`envs.remote_backend.Recipe`: image, image build context, the task's own
+environment). The server builds the image or environment where it does not hold it yet (`envs/task_env.py`,
+from the package index of this host; once per key, however many clients ask at the same time), starts the
+sandbox on its own backend, with that backend's guarantees (no network, limits, labels, expiry, reaping),
+takes over the executor's Unix socket, and relays its bytes to the client's data stream, which opens with
+the handshake on the sandbox's own secret (derived from the control session, never sent), is sealed record
+by record like the control stream, and is accepted once. The control stream then answers the client's isolation (alive, limit events, describe, destroy) and carries
 its heartbeats: when it closes, or stays silent past the heartbeat timeout, or the sandbox outlives its
 expiry, the sandbox is destroyed. Beyond its capacity a server refuses, and the client tries the next one.
 """
@@ -17,6 +19,7 @@ import argparse
 import base64
 import io
 import os
+import re
 import shutil
 import socket
 import sys
@@ -35,9 +38,73 @@ from envs.backends import backend, resolved
 from envs.channel import ExecutorChannel, Stream
 from envs.lifecycle import current_owner, install_signal_handlers, track
 from envs.remote import ExecutorSandbox
-from envs.remote_backend import CLIENT_SETTINGS, CONTROL, stream_name
+from envs.remote_backend import CLIENT_SETTINGS, CONTROL, Recipe, stream_name
 from envs.sandbox import SandboxConfig, SandboxError, SandboxUnusable
 from envs.stream_auth import HandshakeError, Sealed, derive, parse_address, read_secret, server_handshake
+from envs.task_env import env_key
+from tasks.environment import Environment
+
+
+class ServerMaxima(BaseModel):
+    """The most a client may ask for one sandbox, by the name of its setting (`SandboxConfig`); a start
+    that asks more is refused, naming the setting, never served with less than it asked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_mb: int = Field(default=8192, ge=64)
+    """Most memory (`memory_mb`, tmpfs included)."""
+    cpus: float = Field(default=4.0, gt=0)
+    """Most CPU quota, in cores (`cpus`)."""
+    pids_limit: int = Field(default=1024, ge=16)
+    """Most processes and threads at once (`pids_limit`)."""
+    open_files: int = Field(default=8192, ge=64)
+    """Most open files per process (`open_files`); with `pids_limit`, what one sandbox may take of the
+    host's file table."""
+    disk_mb: int = Field(default=8192, ge=16)
+    """Largest writable repository area (`disk_mb`)."""
+    tmp_mb: int = Field(default=2048, ge=16)
+    """Largest /tmp (`tmp_mb`)."""
+    expiry_s: float = Field(default=24 * 3600.0, gt=0)
+    """Longest wall time of one sandbox (`expiry_s`): the server destroys it then, whatever runs in it."""
+
+    def refuse_above(self, config: SandboxConfig) -> None:
+        """Raises ValueError naming each setting of `config` above its maximum."""
+        asked = config.model_dump()
+        over = [
+            f"sandbox.{name}={asked[name]} is above this server's maxima.{name}={most}"
+            for name, most in self.model_dump().items()
+            if asked[name] > most
+        ]
+        if over:
+            raise ValueError(f"asked for more than this server serves: {'; '.join(over)}")
+
+
+REQUIREMENT = re.compile(
+    r"[A-Za-z0-9][A-Za-z0-9._-]*[ \t]*(\[[\w., \t-]*\])?[ \t]*[\w.*+!<>=~,() \t-]*(;[^@/\\\n\r]*)?"
+)
+"""A requirement a server builds: a name of the package index with extras, versions and a marker (PEP
+508), never a URL, a path or a pip option."""
+NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
+"""A project's name (PEP 508)."""
+VERSION = re.compile(r"[A-Za-z0-9.+!_-]+")
+"""A version: the characters of PEP 440 and its local labels."""
+
+
+def buildable(environment: Environment) -> Environment:
+    """`environment` where a server may build it. A server builds on its host, as root where it runs so:
+    a requirement is fetched from the package index (no URL, path or option to pip); the project's name
+    and version name a folder of this host's environment, and its package root is a line of a path file,
+    which Python runs where it starts with `import`, so each must be what its field says it is."""
+    for requirement in environment.requirements:
+        if not REQUIREMENT.fullmatch(requirement):
+            raise ValueError(f"environment: {requirement!r} is not a requirement of the package index")
+    if environment.project is not None and not NAME.fullmatch(environment.project):
+        raise ValueError(f"environment: {environment.project!r} is not a project's name")
+    if not VERSION.fullmatch(environment.version):
+        raise ValueError(f"environment: {environment.version!r} is not a version")
+    if environment.package_root not in ("", "src"):
+        raise ValueError(f"environment: package_root {environment.package_root!r} is neither '' nor 'src'")
+    return environment
 
 
 class ServerConfig(BaseModel):
@@ -56,6 +123,14 @@ class ServerConfig(BaseModel):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     """This host's backend (`auto`: the first local one it can run) and its settings. A client chooses only
     the limits (`envs.remote_backend.CLIENT_SETTINGS`)."""
+    maxima: ServerMaxima = Field(default_factory=ServerMaxima)
+    """The most a client may ask for one sandbox."""
+    max_build_context_mb: int = Field(default=256, ge=1)
+    """Largest image build context a client may send (its tar, in MB); a larger one is refused."""
+    build_sdists: bool = False
+    """Whether a task environment's requirements may be built from source distributions, which runs their
+    build code on this host (as root where the server runs so). Off: wheels only (pip's `--only-binary
+    :all:`), and a requirement that has none fails its build."""
 
 
 @dataclass(eq=False)  # one per sandbox, hashed by identity (`envs.lifecycle.track`)
@@ -67,8 +142,8 @@ class Served:
     unread: bytes
     """What the local channel had read past the executor's hello."""
     secret: bytes
-    folder: Path | None
-    """The copy of the client's source tree the sandbox started from."""
+    folder: Path
+    """The folder of the copy of the client's source tree the sandbox started from."""
     expires: float
     release: Callable[[Served], None]
     data: Stream | None = None
@@ -91,8 +166,7 @@ class Served:
                         sock.close()
                 self.local.close()
             finally:
-                if self.folder is not None:
-                    shutil.rmtree(self.folder, ignore_errors=True)
+                shutil.rmtree(self.folder, ignore_errors=True)
                 self.release(self)  # its place is free even when closing failed
 
 
@@ -122,6 +196,8 @@ class SandboxServer:
         self._backend = backend(config.sandbox.backend)
         if self._backend.name == "remote":
             raise SandboxError("a sandbox server serves a local backend, not remote")
+        if not config.build_sdists:
+            os.environ["PIP_ONLY_BINARY"] = ":all:"  # read by each pip an environment's build runs
         host, port = parse_address(config.listen)
         self._listener = socket.create_server((host, port), backlog=64)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
@@ -129,6 +205,8 @@ class SandboxServer:
         self._live: set[int] = set()  # ids of the sandboxes served now
         self._starting = 0  # starts under way, which hold a place too
         self._pending: dict[str, Served] = {}  # stream name -> sandbox whose data stream is not open yet
+        self._building: dict[str, threading.Lock] = {}  # environment key -> held while it is built
+        self._ready: set[str] = set()  # keys of the environments made ready since the server started
 
     def serve_forever(self) -> None:
         while True:
@@ -242,24 +320,18 @@ class SandboxServer:
         return {"ok": True, "id": served.local.id, "heartbeat_s": self.config.heartbeat_timeout_s / 3}, served
 
     def _start_sandbox(self, request: dict[str, Any], key: bytes) -> Served:
-        settings = request.get("settings") or {}
-        if not isinstance(settings, dict) or set(settings) - set(CLIENT_SETTINGS):
-            raise ValueError(f"a client sets only {', '.join(CLIENT_SETTINGS)}")
-        config = SandboxConfig.model_validate({**self.config.sandbox.model_dump(), **settings})
-        folder = None
-        if request.get("source") is not None:  # in the run's folder, which the reaper removes after a crash
-            run_dir = config.state_dir / current_owner(config.state_dir, config.expiry_s).run_id
-            folder = Path(tempfile.mkdtemp(prefix="served-", dir=run_dir))
+        config = self._client_config(request.get("settings") or {})
+        recipe = Recipe.model_validate(request.get("recipe") or {})
+        # in the run's folder, which the reaper removes after a crash
+        run_dir = config.state_dir / current_owner(config.state_dir, config.expiry_s).run_id
+        folder = Path(tempfile.mkdtemp(prefix="served-", dir=run_dir))
         try:
-            if folder is not None:
-                _unpack(str(request["source"]), folder / "repo")
-            image = request.get("image")
-            local = self._backend.start(
-                config, folder / "repo" if folder else None, str(image) if image else None, None
-            )
+            source = None
+            if request.get("source") is not None:
+                source = _unpack(str(request["source"]), folder / "repo")
+            local = self._make(config, source, recipe, folder)
         except BaseException:
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+            shutil.rmtree(folder, ignore_errors=True)
             raise
         executor, unread = local.channel.detach()
         name = stream_name(local.id)
@@ -277,6 +349,51 @@ class SandboxServer:
             self._pending[name] = served
         track(served)  # SIGINT / SIGTERM destroy it, its source folder too
         return served
+
+    def _client_config(self, settings: object) -> SandboxConfig:
+        """The server's sandbox settings with the client's limits, which must be within the maxima."""
+        if not isinstance(settings, dict) or set(settings) - set(CLIENT_SETTINGS):
+            raise ValueError(f"a client sets only {', '.join(CLIENT_SETTINGS)}")
+        config = SandboxConfig.model_validate({**self.config.sandbox.model_dump(), **settings})
+        self.config.maxima.refuse_above(config)
+        return config
+
+    def _make(
+        self, config: SandboxConfig, source: Path | None, recipe: Recipe, folder: Path
+    ) -> ExecutorSandbox:
+        """A local sandbox as `recipe` says, its image or environment built first where needed. As the
+        local backends' `start_task`: a task's environment on its image (the server's where it names none),
+        and where the environment is no image (bwrap's folder), the task's image and build as without one."""
+        build = None
+        if recipe.image_build is not None:
+            build = _unpack(recipe.image_build, folder / "build", self.config.max_build_context_mb)
+        try:
+            image = recipe.image
+            if recipe.environment is not None:
+                base_build = build if image is not None else None
+                environment = buildable(recipe.environment)
+                built = self._environment(environment, image or config.image, base_build)
+                config, environment_image = self._backend.in_environment(built, config)
+                if environment_image is not None:
+                    image, build = environment_image, None
+            return self._backend.start(config, source, image, build)
+        finally:
+            if build is not None:
+                shutil.rmtree(build, ignore_errors=True)  # an image is built: its context is of no more use
+
+    def _environment(self, environment: Environment, image: str, build: Path | None) -> str:
+        """`environment` on `image` built by this host's backend, or found where it was built before (its
+        own cache, by the same key as a local run's); two requests for one environment build it once."""
+        key = env_key(environment, image)
+        with self._lock:
+            lock = self._building.setdefault(key, threading.Lock())
+        with lock:
+            began = time.monotonic()
+            built = self._backend.build_environment(environment, image, build, True)
+            if key not in self._ready:
+                self._ready.add(key)
+                log(f"environment {key} ready in {time.monotonic() - began:.1f}s: {environment.requirements}")
+        return built
 
     def _release(self, served: Served) -> None:
         with self._lock:
@@ -325,11 +442,17 @@ def _shutdown(sock: Stream) -> None:
         pass
 
 
-def _unpack(data: str, dest: Path) -> None:
+def _unpack(data: str, dest: Path, most_mb: int | None = None) -> Path:
+    """Unpacks a client's tar (base64) into the new folder `dest`, which it returns; refuses one larger than
+    `most_mb`, a compressed one (a client packs none: a small bomb could fill the disk), and any entry
+    past the `data` filter or through a link (`through_links`)."""
+    if most_mb is not None and len(data) * 3 // 4 > most_mb << 20:
+        raise ValueError(f"the build context is larger than this server's max_build_context_mb={most_mb}")
     dest.mkdir(parents=True)
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r") as tar:
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:") as tar:
         through_links(tar.getmembers())
         tar.extractall(dest, filter="data")
+    return dest
 
 
 def through_links(members: list[tarfile.TarInfo]) -> None:

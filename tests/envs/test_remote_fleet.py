@@ -1,9 +1,10 @@
 """Remote sandboxes (`envs/remote_backend.py`) served by real `harness sandbox-server` processes
-(`envs/sandbox_server.py`), each on its local bwrap backend and in a network namespace of its own joined
-to the test's by a veth pair, as a host of its own would be (on loopback addresses of their own where
-namespaces cannot be made): the sandbox protocol through a server, a server killed mid-command, a client
-killed or frozen mid-command, capacity, health and the fleet's secret, and a whole rollout graded
-through the servers."""
+(`envs/sandbox_server.py`), each on its local backend (bwrap, or Docker where said) and in a network
+namespace of its own joined to the test's by a veth pair, as a host of its own would be (on loopback
+addresses of their own where namespaces cannot be made or the test says so): the sandbox protocol through
+a server, a server killed mid-command, a client killed or frozen mid-command, capacity, health and the
+fleet's secret, the server's maxima, a whole rollout graded through the servers, and tasks whose
+environment or image the servers build."""
 
 from __future__ import annotations
 
@@ -19,19 +20,26 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from envs import remote_backend
+from envs import backends, remote_backend
 from envs.channel import ExecutorChannel
-from envs.factory import start_sandbox
+from envs.docker import image_exists, remove_image
+from envs.factory import build_task_env, start_sandbox, start_task_sandbox
+from envs.grading import grade_patch
 from envs.lifecycle import reap
 from envs.remote import ExecutorSandbox
 from envs.replacing import ReplacingSandbox
 from envs.sandbox import SandboxConfig, SandboxError, SandboxUnusable
+from envs.sandbox_server import ServerMaxima, buildable
 from envs.stream_auth import HandshakeError, TcpDialer, derive, read_secret
+from tasks.environment import Environment, declared_environment
+from tasks.model import HiddenTests, Task
 from tests.conftest import require_backend
+from tests.envs import test_task_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -77,10 +85,18 @@ def namespace(index: int) -> Namespace | None:
 
 
 class Server:
-    """One `harness sandbox-server` process, in `space` where given, else on the loopback address `host`."""
+    """One `harness sandbox-server` process, in `space` where given, else on the loopback address `host`;
+    what it logs goes to `log`."""
 
     def __init__(
-        self, host: str, space: Namespace | None, secret: Path, state: Path, capacity: int, heartbeat: float
+        self,
+        host: str,
+        space: Namespace | None,
+        secret: Path,
+        state: Path,
+        capacity: int,
+        heartbeat: float,
+        backend: str = "bwrap",
     ) -> None:
         listen = f"{space.host if space else host}:0"
         command = [
@@ -93,12 +109,17 @@ class Server:
             "--secret",
             str(secret),
         ]
-        command += ["--capacity", str(capacity), "--heartbeat-timeout", str(heartbeat), "--backend", "bwrap"]
+        command += ["--capacity", str(capacity), "--heartbeat-timeout", str(heartbeat), "--backend", backend]
         prefix = ["nsenter", f"--net=/run/netns/{space.name}", "--"] if space else []  # execs: same pid
-        self.state, self.space = state, space
-        self.proc = subprocess.Popen(
-            [*prefix, *command, "--state-dir", str(state)], cwd=ROOT, stdout=subprocess.PIPE, text=True
-        )
+        self.state, self.space, self.log = state, space, state.with_suffix(".log")
+        with self.log.open("w") as log:
+            self.proc = subprocess.Popen(
+                [*prefix, *command, "--state-dir", str(state)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+            )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.startswith("listening on "), line
@@ -115,6 +136,8 @@ class Server:
         reap(self.state)  # what a server killed with SIGKILL left
         if self.space is not None:
             self.space.remove()
+        print(self.log.read_text())
+        self.log.unlink(missing_ok=True)
 
 
 @pytest.fixture
@@ -127,21 +150,24 @@ def secret_file(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def fleet(tmp_path: Path, secret_file: Path) -> Iterator[Callable[..., list[Server]]]:
-    """Starts sandbox servers, each in a namespace of its own (else on 127.0.0.2, 127.0.0.3, ...); stops
-    them afterwards."""
+    """Starts sandbox servers, each in a namespace of its own (with `space`, where one can be made) or on
+    127.0.0.2, 127.0.0.3, ...; stops them afterwards."""
     require_backend("bwrap")
     servers: list[Server] = []
 
     states: list[Path] = []
 
-    def start(n: int = 1, capacity: int = 2, heartbeat: float = 3.0) -> list[Server]:
+    def start(
+        n: int = 1, capacity: int = 2, heartbeat: float = 3.0, backend: str = "bwrap", space: bool = True
+    ) -> list[Server]:
         for _ in range(n):
             i = len(servers)
             # A short folder: the executors' socket paths must fit AF_UNIX's 108 bytes, which pytest's
             # tmp_path under xdist (/tmp/pytest-of-root/pytest-N/popen-gwK/test_.../) did not leave them.
             states.append(Path(tempfile.mkdtemp(prefix=f"hs{i}-", dir="/tmp")))
+            where = namespace(i) if space else None
             servers.append(
-                Server(f"127.0.0.{i + 2}", namespace(i), secret_file, states[-1], capacity, heartbeat)
+                Server(f"127.0.0.{i + 2}", where, secret_file, states[-1], capacity, heartbeat, backend)
             )
         return servers
 
@@ -375,8 +401,11 @@ def test_a_client_chooses_only_the_limits_of_its_sandbox(
     control = ExecutorChannel(TcpDialer(server.address, remote_backend.CONTROL, read_secret(secret_file)))
     control.accept(5, lambda: True, str)
     for settings in ({"host_uid": 0}, {"state_dir": "/etc"}, {"backend": "docker"}, {"memory_mb": 1}):
-        reply = control.call({"op": "start", "settings": settings, "source": None, "image": None}, 30)
+        reply = control.call({"op": "start", "settings": settings, "source": None, "recipe": {}}, 30)
         assert not reply["ok"] and "could not start" in reply["error"], (settings, reply)
+    for recipe in ({"image": "--privileged"}, {"image": None, "volumes": ["/:/host"]}):  # nor engine options
+        reply = control.call({"op": "start", "settings": {}, "source": None, "recipe": recipe}, 30)
+        assert not reply["ok"] and "could not start" in reply["error"], (recipe, reply)
     assert control.call({"op": "ping"}, 5) == {"ok": True, "free": 2}
     control.close()
 
@@ -411,6 +440,157 @@ def test_a_rollout_reaches_reward_1_through_sandbox_servers(
     assert (summary.trajectories, summary.mean_reward) == (1, 1.0), summary
 
 
+def test_a_client_may_ask_no_more_than_the_servers_maxima(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """Above a maximum a start is refused, naming the setting and the maximum, never served with less
+    (docs/reliability.md 5j: a client asked for 20 GB of memory and got it); at the maxima it is served."""
+    (server,) = fleet()
+    maxima = ServerMaxima()
+    for name, most in maxima.model_dump().items():
+        above = f"sandbox\\.{name}={most * 2}.* is above this server's maxima\\.{name}={most}"
+        with pytest.raises(SandboxError, match=above):
+            start_sandbox(remote([server], secret_file, **{name: most * 2}))
+    assert free(server, secret_file) == 2
+    sandbox = start_sandbox(remote([server], secret_file, **maxima.model_dump()))
+    try:
+        assert sandbox.run("echo served").output.strip() == "served"
+    finally:
+        sandbox.close()
+
+
+# ---- tasks whose environment or image the servers build ----------------------------------------------
+
+index = test_task_env.index  # a package index on loopback, and the cache the environments are built into
+built = test_task_env.built
+
+
+def vlib_task(root: Path) -> Task:
+    """acme/vlib (a src/ layout, a generated version file, a dependency from the index) whose hidden
+    `test_version` a half fix fails."""
+    repo = test_task_env.write(root / "repo", test_task_env.VLIB)
+    hidden = HiddenTests(
+        files={
+            "tests/test_scale.py": test_task_env.VLIB_TESTS.replace(
+                '"0.0.0"', '"0.0.0" and vlib.scale(0) == 0'
+            )
+        },
+        fail_to_pass=["tests/test_scale.py::test_scale"],
+        pass_to_pass=["tests/test_scale.py::test_version"],
+    )
+    environment = declared_environment(repo)
+    return Task(
+        id="vlib",
+        title="scale",
+        repo=repo,
+        problem_statement="scale",
+        environment=environment,
+        hidden_tests=hidden,
+    )
+
+
+def test_a_task_with_its_own_environment_is_graded_through_a_server_as_locally(
+    backend: str, fleet: Callable[..., list[Server]], secret_file: Path, built: Path, tmp_path: Path
+) -> None:
+    """On each backend, the server builds the task's environment when a sandbox first needs it (fetching
+    from the package index of its host: the test's, on loopback), once for two sandboxes asked for at the
+    same time, and reuses it after; the fix and a half fix grade test by test as on the local backend,
+    which finds the server's build by the same key."""
+    # its pip reaches the test's package index on loopback
+    (server,) = fleet(capacity=3, backend=backend, space=False)
+    task = vlib_task(tmp_path)
+    served = remote([server], secret_file)
+    with ThreadPoolExecutor(2) as pool:
+        sandboxes = list(pool.map(lambda _: start_task_sandbox(task, served), range(2)))
+    remote_ = backends.backend("remote")  # and as `tasks synth` starts its sandboxes, from what a build gave
+    assert task.environment is not None
+    built_here = remote_.build_environment(task.environment, served.image, None, True)
+    synth, image = remote_.in_environment(built_here, served)
+    try:
+        sandboxes.append(start_sandbox(synth, task.repo, image))
+        for sandbox in sandboxes:
+            assert sandbox.run("python3 -c 'import tinydep; print(tinydep.double(2))'").output == "4\n"
+    finally:
+        for sandbox in sandboxes:
+            sandbox.close()
+    fix = test_task_env.FIX
+    half = fix.replace("+    return double(x)\n", "+    return double(x) + (x == 0)\n")
+    outcomes: dict[str, dict[str, object]] = {}
+    for where, config in (("remote", served), ("local", SandboxConfig(backend=backend))):
+        if where == "local":
+            build_task_env(task, config, quiet=True)
+        for name, patch in (("fix", fix), ("half", half)):
+            grade = grade_patch(task, patch, config)
+            assert grade.infra_error is None, grade.infra_error
+            outcomes[f"{name} {where}"] = {**grade.fail_to_pass, **grade.pass_to_pass}
+    assert outcomes["fix remote"] == outcomes["fix local"] == dict.fromkeys(outcomes["fix local"], "passed")
+    assert (
+        outcomes["half remote"]
+        == outcomes["half local"]
+        == {
+            "tests/test_scale.py::test_scale": "passed",
+            "tests/test_scale.py::test_version": "failed",
+        }
+    )
+    assert server.log.read_text().count(" ready in ") == 1, server.log.read_text()
+
+
+def test_a_server_builds_only_requirements_of_the_package_index(
+    fleet: Callable[..., list[Server]], secret_file: Path, sample_repo: Path
+) -> None:
+    """A server builds on its host, as root: a URL, a path or an option in a requirement, or a project
+    name, version or package root that would make a path or a path file's line, is refused."""
+    buildable(Environment(requirements=["tinydep>=1.0", 'attrs[tests] (>=22); python_version >= "3.8"']))
+    bad = [
+        Environment(requirements=["evil @ https://example.com/evil-1.0.tar.gz"]),
+        Environment(requirements=["--index-url=http://example.com/simple"]),
+        Environment(requirements=["./vendored"]),
+        Environment(project="../../etc"),
+        Environment(version="0/../../../etc/x"),
+        Environment(package_root="src\nimport os; os.system('id')"),
+    ]
+    for environment in bad:
+        with pytest.raises(ValueError, match="environment: "):
+            buildable(environment)
+    (server,) = fleet()
+    task = Task(
+        id="evil",
+        title="e",
+        repo=sample_repo,
+        problem_statement="e",
+        environment=bad[0],
+        hidden_tests=HiddenTests(fail_to_pass=["tests/test_calc.py::test_add"]),
+    )
+    with pytest.raises(SandboxError, match="is not a requirement of the package index"):
+        start_task_sandbox(task, remote([server], secret_file))
+    assert free(server, secret_file) == 2
+
+
+def test_a_tasks_image_is_built_by_a_docker_server_and_refused_by_a_bwrap_one(
+    fleet: Callable[..., list[Server]], secret_file: Path, sample_repo: Path, tmp_path: Path
+) -> None:
+    require_backend("docker")
+    context = tmp_path / "context"
+    context.mkdir()
+    (context / "Dockerfile").write_text("FROM harness-sandbox:latest\nCOPY marker.txt /opt/marker.txt\n")
+    (context / "marker.txt").write_text("built on the server\n")
+    image = f"harness-test/served-build:{secrets.token_hex(4)}"
+    (docker_server,) = fleet(backend="docker", space=False)
+    bwrap_server = fleet()[-1]
+    try:
+        sandbox = start_sandbox(remote([docker_server], secret_file), sample_repo, image, context)
+        try:
+            assert sandbox.run("cat /opt/marker.txt").output == "built on the server\n"
+            assert sandbox.run("cat pkg/calc.py").output.startswith("def add")
+        finally:
+            sandbox.close()
+        assert image_exists(image)
+        with pytest.raises(SandboxError, match="bwrap backend cannot build images"):
+            start_sandbox(remote([bwrap_server], secret_file), sample_repo, image, context)
+    finally:
+        remove_image(image)
+
+
 def test_an_archive_whose_paths_go_through_its_links_is_refused(tmp_path: Path) -> None:
     """Red team (docs/reliability.md 5j): a chain of links and a path through them wrote a file outside the
     server's folder, past the `data` filter of a Python without the fix of CVE-2025-4517. A tar of a folder
@@ -437,3 +617,10 @@ def test_an_archive_whose_paths_go_through_its_links_is_refused(tmp_path: Path) 
         _unpack(archive(("escape", "."), ("escape/x", None)), tmp_path / "a")
     _unpack(archive(("pkg/link", "../README"), ("README", None), ("pkg/mod.py", None)), tmp_path / "b")
     assert (tmp_path / "b" / "pkg" / "link").is_symlink() and (tmp_path / "b" / "pkg" / "mod.py").is_file()
+    compressed = io.BytesIO()  # a client packs none; a small bomb would fill the server's disk
+    with tarfile.open(fileobj=compressed, mode="w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("zeros"), io.BytesIO(b""))
+    with pytest.raises(tarfile.ReadError):
+        _unpack(base64.b64encode(compressed.getvalue()).decode(), tmp_path / "c")
+    with pytest.raises(ValueError, match="max_build_context_mb=1"):
+        _unpack(archive(("big", None)) + "A" * (2 << 20), tmp_path / "d", most_mb=1)
