@@ -76,6 +76,28 @@ def group_advantages(
     Returns:
         advantages (N,) and kept (N,) bool: the rows to train on.
     """
+    _check_group_inputs(rewards, group_ids, valid, scale)
+    valid = valid.bool()  # (N,)
+    gid = _group_index(group_ids, rewards.device)  # (N,) long in [0, G)
+    # An invalid row's reward is never read: a NaN or inf there must not reach a sum (NaN * 0 is NaN).
+    # The math keeps the rewards' precision (float64 stays float64: a float32 cast cost 1.5e-4 relative
+    # error against verl's float64 with `kl_in_reward`); integer rewards become float32.
+    r = torch.where(valid, rewards if rewards.is_floating_point() else rewards.float(), 0.0)  # (N,)
+    count, mean, uniform = _group_stats(r, gid, valid)  # (G,) each
+    centered = (r - mean[gid]) * valid.to(r.dtype)  # (N,) 0 on invalid rows
+    if scale == "group":
+        centered = centered / (_group_std(centered, gid, count)[gid] + eps)  # (N,)
+    elif scale == "batch":
+        centered = centered / (_batch_std(r[valid]) + eps)  # (N,)
+    informative = valid & ~uniform[gid]  # (N,)
+    advantages = torch.where(informative, centered, torch.zeros_like(centered))  # (N,)
+    kept = informative if drop_uniform_groups else valid.clone()  # (N,)
+    return advantages, kept
+
+
+def _check_group_inputs(
+    rewards: Tensor, group_ids: Sequence[str] | Tensor, valid: Tensor, scale: str
+) -> None:
     if rewards.dim() != 1:
         raise ValueError(f"rewards must be 1-D (N,), got shape {tuple(rewards.shape)}")
     n = rewards.shape[0]
@@ -84,35 +106,29 @@ def group_advantages(
     if scale not in ("none", "group", "batch"):
         raise ValueError(f"scale must be 'none', 'group' or 'batch', got {scale!r}")
 
-    valid = valid.bool()  # (N,)
-    gid = _group_index(group_ids, rewards.device)  # (N,) long in [0, G)
-    n_groups = int(gid.max().item()) + 1 if n else 0
-    # An invalid row's reward is never read: a NaN or inf there must not reach a sum (NaN * 0 is NaN).
-    # The math keeps the rewards' precision (float64 stays float64: a float32 cast cost 1.5e-4 relative
-    # error against verl's float64 with `kl_in_reward`); integer rewards become float32.
-    r = torch.where(valid, rewards if rewards.is_floating_point() else rewards.float(), 0.0)  # (N,)
-    w = valid.to(r.dtype)  # (N,) 1 for valid rows
-    zeros = r.new_zeros(n_groups)  # (G,)
 
-    count = zeros.index_add(0, gid, w)  # (G,) valid members per group
+def _group_stats(r: Tensor, gid: Tensor, valid: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Over each group's valid rows: their count, their mean reward, and whether their rewards are all
+    equal (a singleton included). (G,) each; `r` (N,) is 0 on invalid rows."""
+    w = valid.to(r.dtype)  # (N,) 1 for valid rows
+    zeros = r.new_zeros(int(gid.max().item()) + 1 if gid.numel() else 0)  # (G,)
+    count = zeros.index_add(0, gid, w)  # (G,)
     mean = zeros.index_add(0, gid, r * w) / count.clamp(min=1)  # (G,)
-    centered = (r - mean[gid]) * w  # (N,) 0 on invalid rows
     r_max = zeros.scatter_reduce(0, gid[valid], r[valid], "amax", include_self=False)  # (G,)
     r_min = zeros.scatter_reduce(0, gid[valid], r[valid], "amin", include_self=False)  # (G,)
-    uniform = (r_max == r_min)[gid]  # (N,) True in a group with one distinct valid reward
+    return count, mean, r_max == r_min
 
-    if scale == "group":
-        sq = zeros.index_add(0, gid, centered**2)  # (G,)
-        std = (sq / (count - 1).clamp(min=1)).sqrt()  # (G,) unbiased
-        centered = centered / (std[gid] + eps)  # (N,)
-    elif scale == "batch":
-        valid_r = r[valid]  # (n_valid,)
-        batch_std = valid_r.std() if valid_r.numel() > 1 else r.new_zeros(())  # ()
-        centered = centered / (batch_std + eps)  # (N,)
 
-    advantages = torch.where(valid & ~uniform, centered, torch.zeros_like(centered))  # (N,)
-    kept = valid & ~uniform if drop_uniform_groups else valid.clone()  # (N,)
-    return advantages, kept
+def _group_std(centered: Tensor, gid: Tensor, count: Tensor) -> Tensor:
+    """The unbiased (n - 1) std of each group's valid rewards, from the (N,) centered rewards (0 on
+    invalid rows) and the (G,) valid counts; 0 for a singleton. Returns (G,)."""
+    sq = centered.new_zeros(count.shape).index_add(0, gid, centered**2)  # (G,)
+    return (sq / (count - 1).clamp(min=1)).sqrt()  # (G,)
+
+
+def _batch_std(valid_r: Tensor) -> Tensor:
+    """The unbiased std of the batch's (n_valid,) valid rewards; 0 with fewer than two. Returns ()."""
+    return valid_r.std() if valid_r.numel() > 1 else valid_r.new_zeros(())  # ()
 
 
 def token_advantages(advantages: Tensor, segment_owner: Tensor, loss_mask: Tensor) -> Tensor:
@@ -176,31 +192,45 @@ def policy_loss(
     if dual_clip is not None and dual_clip <= 1.0:
         raise ValueError(f"dual_clip must be > 1 (it bounds ratio * |A| from above), got {dual_clip}")
     m = mask.bool()  # (S, T)
-    adv = advantages.detach()  # (S, T)
     log_ratio = (logprobs - old_logprobs.detach()).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)  # (S, T)
     ratio = log_ratio.exp()  # (S, T)
+    loss, clip_won, dual_clipped = _clipped_surrogate(
+        ratio, advantages.detach(), clip_low, clip_high, dual_clip
+    )  # (S, T) each
+    loss = torch.where(m, loss, torch.zeros_like(loss))  # (S, T)
+    with torch.no_grad():
+        metrics = _clip_metrics(log_ratio, ratio, clip_won, dual_clipped, m)
+    return loss, metrics
 
+
+def _clipped_surrogate(
+    ratio: Tensor, adv: Tensor, clip_low: float, clip_high: float, dual_clip: float | None
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`policy_loss`'s formula, on every token: the loss, and (bool) where the clipped term won and where
+    the dual clip capped the loss. All (S, T)."""
     unclipped = -adv * ratio  # (S, T)
     clipped = -adv * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)  # (S, T)
     loss = torch.maximum(unclipped, clipped)  # (S, T)  = -min(ratio*A, clip(ratio)*A)
-    dual_clipped = torch.zeros_like(m)  # (S, T)
+    dual_clipped = torch.zeros_like(loss, dtype=torch.bool)  # (S, T)
     if dual_clip is not None:
         bound = -adv * dual_clip  # (S, T)
         dual_clipped = (adv < 0) & (loss > bound)  # (S, T)
         loss = torch.where(adv < 0, torch.minimum(loss, bound), loss)  # (S, T)
-    loss = torch.where(m, loss, torch.zeros_like(loss))  # (S, T)
+    return loss, clipped > unclipped, dual_clipped
 
-    with torch.no_grad():
-        n = m.sum().clamp(min=1)  # ()
-        ratio_on_mask = ratio.masked_fill(~m, float("-inf"))  # (S, T)
-        metrics = {
-            "clip_fraction": ((clipped > unclipped) & m).sum().div(n).item(),
-            "dual_clip_fraction": (dual_clipped & m).sum().div(n).item(),
-            "approx_kl": (-log_ratio).masked_fill(~m, 0.0).sum().div(n).item(),
-            "ratio_mean": ratio.masked_fill(~m, 0.0).sum().div(n).item(),
-            "ratio_max": ratio_on_mask.max().item() if m.any() else 0.0,
-        }
-    return loss, metrics
+
+def _clip_metrics(
+    log_ratio: Tensor, ratio: Tensor, clip_won: Tensor, dual_clipped: Tensor, m: Tensor
+) -> dict[str, float]:
+    """`policy_loss`'s metrics, over the tokens of the (S, T) bool mask `m`."""
+    n = m.sum().clamp(min=1)  # ()
+    return {
+        "clip_fraction": (clip_won & m).sum().div(n).item(),
+        "dual_clip_fraction": (dual_clipped & m).sum().div(n).item(),
+        "approx_kl": (-log_ratio).masked_fill(~m, 0.0).sum().div(n).item(),
+        "ratio_mean": ratio.masked_fill(~m, 0.0).sum().div(n).item(),
+        "ratio_max": ratio.masked_fill(~m, float("-inf")).max().item() if m.any() else 0.0,
+    }
 
 
 def aggregate(
@@ -249,24 +279,29 @@ def aggregate(
     m = mask.to(per_token.dtype)  # (S, T)
     row_sum = (per_token * m).sum(-1)  # (S,)
     row_tokens = m.sum(-1)  # (S,)
-    n_seqs = norm_seqs if norm_seqs is not None else (row_tokens > 0).sum().clamp(min=1)
-
-    if mode == "token-mean":
-        n_tokens = norm_tokens if norm_tokens is not None else row_tokens.sum().clamp(min=1)
-        return row_sum.sum() / n_tokens  # ()
     if mode == "token-sum":
         return row_sum.sum()  # ()
-    if mode == "seq-mean-token-sum":
-        return row_sum.sum() / n_seqs  # ()
     if mode == "seq-mean-token-mean":
-        row_mean = row_sum / row_tokens.clamp(min=1)  # (S,) 0 for empty rows
-        return row_mean.sum() / n_seqs  # ()
+        row_sum = row_sum / row_tokens.clamp(min=1)  # (S,) the row means, 0 for empty rows
+    return row_sum.sum() / _normaliser(mode, row_tokens, norm_tokens, norm_seqs, max_len)  # ()
+
+
+def _normaliser(
+    mode: AggMode, row_tokens: Tensor, norm_tokens: int | None, norm_seqs: int | None, max_len: int | None
+) -> Tensor | int:
+    """What `aggregate` divides the summed row values by in `mode` (not "token-sum"), from the (S,)
+    mask-1 tokens of each row where the step's totals are None."""
+    if mode == "token-mean":
+        return norm_tokens if norm_tokens is not None else row_tokens.sum().clamp(min=1)
+    n_seqs = norm_seqs if norm_seqs is not None else (row_tokens > 0).sum().clamp(min=1)
+    if mode in ("seq-mean-token-sum", "seq-mean-token-mean"):
+        return n_seqs
     if mode == "seq-mean-token-sum-norm":
         if max_len is None:
             raise ValueError(
                 "seq-mean-token-sum-norm needs max_len, a constant such as the generation budget"
             )
-        return row_sum.sum() / (n_seqs * max_len)  # ()
+        return n_seqs * max_len
     raise ValueError(f"unknown aggregation mode {mode!r}")
 
 
@@ -355,7 +390,6 @@ def importance_weights(
     m = mask.bool()  # (S, T)
     log_ratio = (learner_old_logprobs - sampler_logprobs).detach()  # (S, T)
     w = log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND).exp()  # (S, T)
-
     truncated = torch.zeros_like(m)  # (S, T)
     dropped = torch.zeros_like(m)  # (S, T)
     if mode == "truncate":
@@ -368,16 +402,19 @@ def importance_weights(
     else:
         weights = torch.ones_like(w)  # (S, T)
     weights = weights.masked_fill(~m, 0.0)  # (S, T)
+    return weights, m & ~dropped, _is_metrics(log_ratio, truncated, dropped, m)
 
+
+def _is_metrics(log_ratio: Tensor, truncated: Tensor, dropped: Tensor, m: Tensor) -> dict[str, float]:
+    """`importance_weights`' metrics, over the tokens of the (S, T) bool mask `m`."""
     n = m.sum().clamp(min=1)  # ()
     abs_lr = log_ratio.abs().masked_fill(~m, 0.0)  # (S, T)
-    metrics = {
+    return {
         "is_abs_log_ratio_mean": abs_lr.sum().div(n).item(),
         "is_abs_log_ratio_max": abs_lr.max().item() if m.any() else 0.0,
         "is_truncated_fraction": truncated.sum().div(n).item(),
         "is_masked_fraction": dropped.sum().div(n).item(),
     }
-    return weights, m & ~dropped, metrics
 
 
 def grpo_loss(
