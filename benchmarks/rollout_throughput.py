@@ -179,7 +179,7 @@ SPLITS: tuple[Row, ...] = tuple(  # `--splits`: async mode with each learner / s
 
 def warm_started(root: Path) -> tuple[DemoConfig, Path]:
     """The training demo's warm start (seed 0, bwrap), done once for every training run here."""
-    demo = DemoConfig(out=root / "demo", backend="bwrap")
+    demo = DemoConfig.model_validate({"out": root / "demo", "rollout": {"sandbox": {"backend": "bwrap"}}})
     base = build_tiny_model(root / "demo" / "base", seed=0, hidden_size=demo.hidden_size, layers=demo.layers)
     model, _ = warm_start(demo, base, SandboxConfig(backend="bwrap"), Console(quiet=True))
     return demo, model

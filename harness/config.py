@@ -28,14 +28,22 @@ def apply_override(data: dict[str, Any], override: str) -> None:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError as e:
         raise ConfigError(f"override {override!r}: value is not valid YAML: {e}") from e
+    try:
+        set_key(data, key.strip(), value)
+    except ConfigError as e:
+        raise ConfigError(f"override {override!r}: {e}") from e
+
+
+def set_key(data: dict[str, Any], key: str, value: Any) -> None:
+    """`value` under the dotted `key` in `data`, its sections made where missing."""
     node = data
-    parts = key.strip().split(".")
-    for part in parts[:-1]:
+    *path, last = key.split(".")
+    for part in path:
         child = node.setdefault(part, {})
         if not isinstance(child, dict):
-            raise ConfigError(f"override {override!r}: {part} is not a section")
+            raise ConfigError(f"{part} is not a section")
         node = child
-    node[parts[-1]] = value
+    node[last] = value
 
 
 def merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The code reads along the data flow: harness/'s folders import only what comes before them, no module
-imports itself back through another, and no function is longer than a screen (80 lines)."""
+imports itself back through another, and no function is longer than a screen (80 lines; 60 in harness/)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ PACKAGES = ("harness", "envs", "tools", "policies", "summarizer", "tasks")
 LAYERS = ("agent", "rollouts", "training", "inspection")
 """harness/'s folders in the order data flows: each may import those before it, none after."""
 MAX_LINES = 80
+"""The most lines a function may span, its docstring included."""
+HARNESS_MAX_LINES = 60
+"""The same limit in harness/ (issue 37)."""
 EXPLOITS = ("FORGERS", "HACK_MODULE", "PIPE_ANSWER", "hacker_calls")
 """Names of the red team's exploits of the grader (tests/faults/hacker.py), which the product does not ship
 (issue 37, item 7); nor does it name the hackers."""
@@ -80,15 +83,16 @@ def test_no_import_cycles() -> None:
     assert not cycles, f"modules that import themselves back: {sorted(cycles)}"
 
 
-def test_no_function_is_longer_than_80_lines() -> None:
+def test_no_function_is_longer_than_a_screen() -> None:
     long = []
     for name, path in modules().items():
+        limit = HARNESS_MAX_LINES if name.split(".")[0] == "harness" else MAX_LINES
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 lines = (node.end_lineno or node.lineno) - node.lineno + 1
-                if lines > MAX_LINES:
-                    long.append(f"{name}.{node.name}: {lines} lines")
-    assert not long, "\n".join(long)
+                if lines > limit:
+                    long.append(f"{name}.{node.name}: {lines} lines, over {limit}")
+    assert not long, "functions to split:\n" + "\n".join(long)
 
 
 def test_the_exploits_of_the_grader_stay_in_the_tests() -> None:
@@ -111,3 +115,10 @@ def test_the_exploits_of_the_grader_stay_in_the_tests() -> None:
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert not [m for m in loaded.stdout.split() if m.split(".")[0] == "tests"], loaded.stdout
+
+
+def test_the_command_line_is_wiring() -> None:
+    """harness/cli.py wires the command groups of harness/commands/ together; their flags and handlers live
+    there, and the settings commands' flags are made from the models (issue 37, item 6)."""
+    lines = len((ROOT / "harness" / "cli.py").read_text().splitlines())
+    assert lines < 400, f"harness/cli.py has {lines} lines"

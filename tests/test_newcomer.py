@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import build_parser
+from harness.cli import complete_parser
 from tasks.suite import load_suite
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,7 +61,7 @@ def subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentP
 
 def unknown_flags(command: str) -> tuple[list[str], list[str]]:
     """The subcommand path of `harness ...` and the flags it shows that the path's parser lacks."""
-    parser, path = build_parser(), []
+    parser, path = complete_parser(), []
     words = command.split()[1:]
     while words and (found := subcommand(parser, words[0])) is not None:
         parser, path = found, [*path, words.pop(0)]

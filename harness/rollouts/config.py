@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
 from harness.agent.loop import LoopConfig
+from harness.config import merged, set_key
 from policies.base import SamplingParams
 from policies.cpu_threads import host_cores
 from policies.spec import parse_spec
@@ -136,6 +138,25 @@ def tools_from_loop(data: Any) -> Any:
     tools = dict(data.get("tools") or {})
     tools.setdefault("bash_enabled", loop.pop("bash_enabled"))
     return {**data, "loop": loop, "tools": tools}
+
+
+def nest_rollout(data: Any, moved: Mapping[str, str], defaults: Mapping[str, Any]) -> Any:
+    """`data` of a settings model that holds a `RolloutConfig` as `rollout`, with the rollout settings it
+    held at its top level before (`moved`: the old key -> its dotted key in `rollout`) moved in, so that an
+    older file and a flat `group_size=8` on the command line still read; `defaults` (the model's own
+    rollout defaults) under what was given, what was given in `rollout` over what was moved."""
+    if not isinstance(data, dict):
+        return data
+    data = dict(data)
+    given = data.get("rollout") or {}
+    if isinstance(given, BaseModel):
+        given = given.model_dump(exclude_unset=True)
+    flat: dict[str, Any] = {}
+    for old, key in moved.items():
+        if old in data:
+            set_key(flat, key, data.pop(old))
+    data["rollout"] = merged(merged(dict(defaults), flat), given)
+    return data
 
 
 PRODUCERS = ("suite", "policy", "seed", "loop", "sampling", "summary", "reward", "tools")

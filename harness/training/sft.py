@@ -16,10 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from envs.sandbox import SandboxConfig
-from harness.agent.loop import LoopConfig
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig, tools_from_loop
+from harness.rollouts.config import RolloutConfig, nest_rollout
 from harness.rollouts.local import rollout, select
 from harness.rollouts.store import RunStore
 from harness.training.credit import Privileged, privileged_header
@@ -28,10 +26,9 @@ from harness.training.learner import Learner, LearnerConfig, Row
 from harness.training.teacher import header_ids
 from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
-from summarizer import SummaryConfig
 from tasks.model import HINT_SUFFIX, Task
 from tasks.suite import load_suite
-from tools import Toolbox, ToolsConfig
+from tools import Toolbox
 
 
 def segment_row(messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]], fmt: ChatFormat) -> Row:
@@ -78,12 +75,12 @@ class SFTConfig(BaseModel):
 
     model: Path
     """A Hugging Face model folder with the starting weights."""
-    suite: str = "builtin"
-    """A built-in suite's name or a suite folder."""
-    tasks: list[str] | None = None
-    """Task ids to make demonstrations of (default: the whole suite)."""
-    out: Path = Path("runs/sft")
-    """The run folder: the demonstrations' rollouts in demonstrations/SCRIPT, the trained model in model/."""
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig(out=Path("runs/sft")))
+    """How the demonstrations run, as `harness rollout` runs them: `suite`, `tasks` (default: the whole
+    suite), `seed` (also the order the rows are shuffled into each epoch), `out` (the run folder: the
+    demonstrations' rollouts in demonstrations/SCRIPT, the trained model in model/; default runs/sft),
+    `loop`, `summary` (the summaries are trained on), `sandbox`, `tools` (also the tools the rows show)
+    and the rest. Its `policy` is set from each of `scripts`."""
     scripts: list[str] = Field(default_factory=lambda: ["gold"])
     """Scripted policies that make the demonstrations: `gold`, `gold-min`, `decoy`, or a FILE."""
     solved_only: bool = True
@@ -108,23 +105,15 @@ class SFTConfig(BaseModel):
     epochs that takes varies between machines (their rounding differs); the model it gives does not."""
     rows_per_step: int = Field(default=8, ge=1)
     """Segment rows per optimizer step; the last step of an epoch takes the rows left."""
-    seed: int = 0
-    """Seeds the demonstrations' episodes and the order the rows are shuffled into each epoch."""
-    loop: LoopConfig = Field(default_factory=LoopConfig)
-    """How each demonstration runs."""
-    tools: ToolsConfig = Field(default_factory=ToolsConfig)
-    """The tools' settings, for the demonstrations and for the tools the rows show (`bash_enabled`)."""
-    summary: SummaryConfig = Field(default_factory=SummaryConfig)
-    """When demonstrations summarize themselves (the summaries are trained on)."""
-    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    """How the demonstrations' sandboxes are made, for the episodes and for grading."""
     learner: LearnerConfig = Field(default_factory=lambda: LearnerConfig(lr=1e-3))
     """The optimizer and its micro-batches (the GRPO settings do not apply); learning rate 1e-3 by default."""
 
     @model_validator(mode="before")
     @classmethod
-    def _older(cls, data: Any) -> Any:
-        return tools_from_loop(data)
+    def _nest_rollout(cls, data: Any) -> Any:
+        """Rollout settings given at the top level (a file written before `rollout` was nested, or
+        `suite=demo` on the command line) go into `rollout`."""
+        return nest_rollout(data, {key: key for key in RolloutConfig.model_fields}, {"out": "runs/sft"})
 
     @model_validator(mode="after")
     def _named_scripts(self) -> SFTConfig:
@@ -154,10 +143,9 @@ def demonstrations(
     """One episode of `script` on each task (hint tasks among them), saved in `folder` and taken from it
     where it is there already. The run file is in finishing order, which concurrency makes vary: the
     episodes are returned in (task, sample) order."""
-    demos = RolloutConfig(
-        suite=config.suite, tasks=config.tasks, policy=f"scripted:{script}", out=folder, seed=config.seed,
-        loop=config.loop, summary=config.summary, sandbox=config.sandbox, tools=config.tools,
-    )  # fmt: skip
+    demos = RolloutConfig.model_validate(
+        {**config.rollout.model_dump(), "policy": f"scripted:{script}", "out": folder}
+    )
 
     def done(count: int, total: int, _: Trajectory | None) -> None:
         if on_demo is not None and total:
@@ -175,12 +163,12 @@ def demonstration_rows(
     by_id = {t.id: t for t in tasks}
 
     def tools_for(task_id: str) -> list[dict[str, Any]]:
-        return Toolbox.for_task(by_id[task_id.removesuffix(HINT_SUFFIX)], config.tools).schemas()
+        return Toolbox.for_task(by_id[task_id.removesuffix(HINT_SUFFIX)], config.rollout.tools).schemas()
 
     rows: list[Row] = []
     for script in config.scripts:
         own = demonstrations(
-            config, script, tasks, config.out / "demonstrations" / Path(script).name, on_demo
+            config, script, tasks, config.rollout.out / "demonstrations" / Path(script).name, on_demo
         )
         rows += sft_rows(own, tools_for, fmt, config.solved_only) * config.repeats.get(script, 1)
         if script not in config.header_scripts:
@@ -189,7 +177,7 @@ def demonstration_rows(
             header = header_ids(tokenizer, by_id[t.task_id], config.header_parts)
             rows += [after_header(header, row) for row in sft_rows([t], tools_for, fmt, solved_only=True)]
         hinted = [hint_task(t, privileged_header(t, config.header_parts)) for t in tasks]
-        folder = config.out / "demonstrations" / f"{Path(script).name}{HINT_SUFFIX}"
+        folder = config.rollout.out / "demonstrations" / f"{Path(script).name}{HINT_SUFFIX}"
         rows += sft_rows(
             demonstrations(config, script, hinted, folder, on_demo), tools_for, fmt, solved_only=True
         )
@@ -204,15 +192,15 @@ def run_sft(
 ) -> Path:
     """Rolls out the demonstrations, trains on them, and saves the model to OUT/model; returns that folder.
     `on_epoch` gets each epoch's index and mean loss, `on_demo` each demonstration episode's progress."""
-    policy = HFPolicy(config.model, seed=config.seed)
+    policy = HFPolicy(config.model, seed=config.rollout.seed)
     fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
-    tasks = select(load_suite(config.suite), config.tasks)
+    tasks = select(load_suite(config.rollout.suite), config.rollout.tasks)
     rows = demonstration_rows(config, tasks, policy.tokenizer, fmt, on_demo)
     if not rows:
-        raise ValueError(f"no demonstration to train on in {config.out / 'demonstrations'}")
+        raise ValueError(f"no demonstration to train on in {config.rollout.out / 'demonstrations'}")
     pad_id = policy.tokenizer.pad_token_id or 0  # type: ignore[attr-defined]
     learner = Learner(policy.model, config.learner, pad_id=pad_id)
-    order = random.Random(config.seed)
+    order = random.Random(config.rollout.seed)
     step = 0
     for epoch in range(config.epochs):
         shuffled = list(rows)
@@ -228,7 +216,7 @@ def run_sft(
             on_epoch(epoch, sum(losses) / len(losses))
         if config.target_loss is not None and sum(losses) / len(losses) <= config.target_loss:
             break
-    out = config.out / "model"
+    out = config.rollout.out / "model"
     policy.model.save_pretrained(out, safe_serialization=True)
     policy.tokenizer.save_pretrained(out)  # type: ignore[attr-defined]
     return out

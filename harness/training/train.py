@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from envs.grading import refuse_unprotected
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig, host_concurrency
+from harness.rollouts.config import RolloutConfig, host_concurrency, nest_rollout
 from harness.rollouts.episode import Rollouts, SandboxPool
 from harness.rollouts.local import LocalRollouts, last_tries, resume_jobs, select
 from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
@@ -183,18 +183,10 @@ class TrainConfig(BaseModel):
         `group_size=8` on the command line) go into `rollout`; the training defaults fill the rest."""
         if not isinstance(data, dict):
             return data
-        data = dict(data)
-        given = data.get("rollout") or {}
-        rollout = dict(given.model_dump(exclude_unset=True) if isinstance(given, BaseModel) else given)
-        for key in ROLLOUT_KEYS:
-            if key in data:
-                rollout.setdefault(key, data.pop(key))
-        rollout.setdefault("group_size", 4)
-        rollout.setdefault("out", "runs/train")
         # The learner's weights sample (a scripted run plays its fixes): episodes enough to fill the batch.
-        rollout.setdefault("concurrency", 2 if data.get("script") else host_concurrency())
-        data["rollout"] = rollout
-        return data
+        concurrency = 2 if data.get("script") else host_concurrency()
+        defaults = {"group_size": 4, "out": "runs/train", "concurrency": concurrency}
+        return nest_rollout(data, {key: key for key in ROLLOUT_KEYS}, defaults)
 
     @model_validator(mode="after")
     def _groups_and_policy(self) -> TrainConfig:

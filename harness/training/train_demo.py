@@ -12,30 +12,43 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rich.console import Console
 from rich.table import Table
 
 from envs.backends import resolve_backend
 from envs.sandbox import SandboxConfig
 from harness.agent.conversation import prompt_ids
-from harness.agent.loop import SYSTEM_PROMPT, LoopConfig
+from harness.agent.loop import SYSTEM_PROMPT
 from harness.agent.trajectory import Trajectory
-from harness.rollouts.config import RolloutConfig, RolloutSummary, host_concurrency
+from harness.rollouts.config import RolloutConfig, RolloutSummary, host_concurrency, nest_rollout
 from harness.rollouts.local import rollout
 from harness.training.learner import LearnerConfig
 from harness.training.sft import SFTConfig, run_sft
 from harness.training.teacher import CreditConfig
 from harness.training.train import TrainConfig, train
-from policies.base import SamplingParams
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from policies.tiny import build_tiny_model
 from summarizer import SummaryConfig
 from tasks.suite import load_suite
 from tools import Toolbox, ToolsConfig
+
+FLAT_ROLLOUT = {
+    "backend": "sandbox.backend", "group_size": "group_size", "concurrency": "concurrency",
+    "temperature": "sampling.temperature",
+}  # fmt: skip
+"""The demo's rollout settings that sat at its top level before `rollout` was nested -> their keys in it."""
+
+
+def demo_rollout() -> dict[str, Any]:
+    """The demo's defaults of its rollout settings."""
+    return {
+        "suite": "demo", "group_size": 6, "concurrency": host_concurrency(),
+        "sampling": {"max_new_tokens": 128, "temperature": 0.8},
+    }  # fmt: skip
 
 
 class DemoConfig(BaseModel):
@@ -45,8 +58,6 @@ class DemoConfig(BaseModel):
 
     out: Path = Path("runs/demo")
     """The demo's folder: base/ (the tiny model), sft/, grpo/, eval-warm-start/ and eval-grpo/."""
-    backend: str = "auto"
-    """Sandbox backend: `docker`, `bwrap`, or `auto` (Docker when a daemon answers, else bubblewrap)."""
     seed: int = 0
     """Seeds the tiny model's weights, the warm start and GRPO; the evaluations use seed + 10000."""
     hidden_size: int = 96
@@ -64,8 +75,6 @@ class DemoConfig(BaseModel):
     """GRPO steps; the final evaluation is of the model after the last one."""
     grpo_lr: float = 5e-4
     """Learning rate of GRPO."""
-    group_size: int = 6
-    """Rollouts per task per GRPO step."""
     mode: Literal["sync", "async"] = "sync"
     """GRPO's `mode` (`harness train`'s): `sync` rolls out, then learns (each group learned as soon as it is
     graded); `async` rolls out step n+1 while the learner trains on step n, one policy version behind.
@@ -74,11 +83,6 @@ class DemoConfig(BaseModel):
     """Tasks per GRPO step; 6 is every task of the demo suite."""
     eval_samples: int = 8
     """Rollouts per task in each evaluation (warm start only, then after GRPO)."""
-    concurrency: int = Field(default_factory=host_concurrency, ge=1)
-    """Episodes at once in the evaluations and in GRPO's rollouts; by default enough to keep the batched
-    sampler's decode batch full on this host (`host_concurrency`: 6 per CPU core, 4 to 16)."""
-    temperature: float = 0.8
-    """Sampling temperature of the rollouts, in training and in evaluation."""
     summary_margin_tokens: int = 48
     """A segment is summarized once it passes its prompt by this many tokens."""
     decoys_per_fix: int = Field(default=1, ge=1)
@@ -96,6 +100,20 @@ class DemoConfig(BaseModel):
     credit: CreditConfig = Field(default_factory=CreditConfig)
     """Credit finer than the outcome for the GRPO steps (`harness train`'s `credit`): outcome only by
     default; benchmarks/credit_compare.py runs the demo with OPSD and with hint rollouts beside it."""
+    rollout: RolloutConfig = Field(default_factory=lambda: RolloutConfig.model_validate(demo_rollout()))
+    """How the evaluations' and GRPO's episodes run, as `harness rollout` runs them: `suite` (default
+    demo), `group_size` (rollouts per task per GRPO step; default 6), `concurrency` (default
+    `host_concurrency()`, which keeps the batched sampler's decode batch full on this host), `sampling`
+    (default 128 new tokens at temperature 0.8), `sandbox` (its `backend`: `docker`, `bwrap`, or `auto`),
+    and the rest. Its `policy`, `out` and `seed` are each phase's: the model it evaluates or trains,
+    OUT/PHASE, and `seed` (+ 10000 in the evaluations)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nest_rollout(cls, data: Any) -> Any:
+        """The rollout settings the demo held at its top level before `rollout` was nested (`backend`,
+        `group_size`, `concurrency`, `temperature`) go into it; the demo's own defaults fill the rest."""
+        return nest_rollout(data, FLAT_ROLLOUT, demo_rollout())
 
 
 class DemoResult(BaseModel):
@@ -141,15 +159,24 @@ def evaluate(
         if console is not None and count and (count % EVAL_EVERY == 0 or count == total):
             console.print(f"   {name}: {count}/{total} episodes ({time.monotonic() - started:.0f}s)")
 
-    return rollout(
-        RolloutConfig(
-            suite="demo", policy=f"hf:{model}", group_size=config.eval_samples, concurrency=config.concurrency,
-            seed=config.seed + 10_000, out=config.out / name, summary=summary,
-            sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
-            sandbox=SandboxConfig.model_validate({"backend": config.backend}),
-        ),
-        on_progress=done,
-    )  # fmt: skip
+    settings = {"policy": f"hf:{model}", "group_size": config.eval_samples, "seed": config.seed + 10_000}
+    return rollout(phase_rollout(config, name, summary=summary, **settings), on_progress=done)
+
+
+def phase_rollout(config: DemoConfig, name: str, **update: Any) -> RolloutConfig:
+    """The rollout settings of the demo's phase `name`, whose run folder is OUT/NAME: `config.rollout`
+    with the demo's seed and `update`."""
+    return RolloutConfig.model_validate(
+        {**config.rollout.model_dump(), "out": config.out / name, "seed": config.seed, **update}
+    )
+
+
+def resolved_backend(config: DemoConfig) -> DemoConfig:
+    """`config` with its sandbox backend worked out (`auto`: Docker when a daemon answers, else
+    bubblewrap), once for every phase of the demo."""
+    sandbox = config.rollout.sandbox
+    sandbox = sandbox.model_copy(update={"backend": resolve_backend(sandbox.backend)})
+    return config.model_copy(update={"rollout": config.rollout.model_copy(update={"sandbox": sandbox})})
 
 
 def warm_start(
@@ -177,11 +204,14 @@ def warm_start(
 
     sft_model = run_sft(
         SFTConfig(
-            model=base, suite="demo", out=config.out / "sft", scripts=["gold-min", "decoy"], solved_only=False,
+            model=base, scripts=["gold-min", "decoy"], solved_only=False,
             epochs=config.sft_epochs, target_loss=config.sft_target_loss, repeats={"decoy": config.decoys_per_fix},
             header_scripts=["gold-min"] if config.header_demos else [], header_parts=config.credit.privileged,
-            rows_per_step=4, seed=config.seed, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
-            sandbox=sandbox, learner=LearnerConfig(lr=config.sft_lr),
+            rows_per_step=4, learner=LearnerConfig(lr=config.sft_lr),
+            rollout=RolloutConfig(
+                suite=config.rollout.suite, out=config.out / "sft", seed=config.seed, sandbox=sandbox,
+                summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
+            ),
         ),
         on_epoch=epoch_done, on_demo=demo_done,
     )  # fmt: skip
@@ -213,16 +243,10 @@ class Laps:
 
 def grpo_config(config: DemoConfig, sft_model: Path, summary: SummaryConfig) -> TrainConfig:
     """Step 4 of the demo: its GRPO run's settings, from the warm-started model."""
-    sandbox = SandboxConfig.model_validate({"backend": config.backend})
     return TrainConfig(
         model=sft_model, steps=config.grpo_steps, tasks_per_step=config.tasks_per_step,
         checkpoint_every=config.grpo_steps, learner=LearnerConfig(lr=config.grpo_lr), credit=config.credit,
-        mode=config.mode,
-        rollout=RolloutConfig(
-            suite="demo", out=config.out / "grpo", group_size=config.group_size, concurrency=config.concurrency,
-            seed=config.seed, summary=summary, sandbox=sandbox, loop=LoopConfig(),
-            sampling=SamplingParams(max_new_tokens=128, temperature=config.temperature),
-        ),
+        mode=config.mode, rollout=phase_rollout(config, "grpo", summary=summary),
     )  # fmt: skip
 
 
@@ -230,35 +254,35 @@ def summary_budget(sft_model: Path, config: DemoConfig) -> SummaryConfig:
     """The demo's self-summary settings: a budget just above its longest first prompt, so that every
     episode summarizes itself."""
     budget = (
-        prompt_tokens(HFPolicy(sft_model), "demo", ToolsConfig()) + config.summary_margin_tokens
+        prompt_tokens(HFPolicy(sft_model), config.rollout.suite, config.rollout.tools)
+        + config.summary_margin_tokens
     )  # one tokenizer
     return SummaryConfig(trigger_tokens=budget, max_summary_tokens=32)
 
 
-def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
-    console = console or Console()
-    clock = Laps()
-    config = config.model_copy(update={"backend": resolve_backend(config.backend)})
-    sandbox = SandboxConfig.model_validate({"backend": config.backend})
-    if config.warm_start_from is None:
-        base = build_tiny_model(
-            config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
-        )
-        console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
-        console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
-        sft_model, epochs = warm_start(config, base, sandbox, console)
-        console.print(f"   ({clock.lap('warm start'):.0f}s)")
-    else:
-        sft_model, epochs = reused_warm_start(config.warm_start_from), []
+def warm_model(config: DemoConfig, console: Console, clock: Laps) -> tuple[Path, list[float]]:
+    """Steps 1 and 2 of the demo: a tiny model built and warm-started, or the one an earlier run
+    warm-started (`warm_start_from`); the model's folder and the loss of each warm-start epoch."""
+    sandbox = config.rollout.sandbox
+    if config.warm_start_from is not None:
+        sft_model = reused_warm_start(config.warm_start_from)
         console.print(f"[bold]1-2.[/] the tiny model as an earlier run warm-started it: {sft_model}")
-    summary = summary_budget(sft_model, config)
-    budget = summary.trigger_tokens
-    console.print("[bold]3.[/] the warm-started model evaluated")
-    baseline = evaluate(sft_model, config, summary, "eval-warm-start", console)
-    console.print(
-        f"   warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f} "
-        f"({clock.lap('evaluation before'):.0f}s)"
+        return sft_model, []
+    base = build_tiny_model(
+        config.out / "base", seed=config.seed, hidden_size=config.hidden_size, layers=config.layers
     )
+    console.print(f"[bold]1.[/] built a tiny model and tokenizer in {base}")
+    console.print("[bold]2.[/] warm start on right and wrong scripted fixes of the demo tasks")
+    sft_model, epochs = warm_start(config, base, sandbox, console)
+    console.print(f"   ({clock.lap('warm start'):.0f}s)")
+    return sft_model, epochs
+
+
+def train_grpo(
+    config: DemoConfig, sft_model: Path, summary: SummaryConfig, console: Console
+) -> tuple[list[float], list[float]]:
+    """Step 4 of the demo: GRPO from the warm start, a line per step; the mean reward and the summaries
+    per trajectory of each step."""
     rewards: list[float] = []
     summaries: list[float] = []
 
@@ -270,14 +294,17 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
             f"summaries/traj {metrics['summaries_per_trajectory']:.2f}  loss {metrics.get('loss', 0.0):+.4f}"
         )
 
-    console.print(f"[bold]4.[/] GRPO, {config.grpo_steps} steps, summary budget {budget} tokens")
+    console.print(
+        f"[bold]4.[/] GRPO, {config.grpo_steps} steps, summary budget {summary.trigger_tokens} tokens"
+    )
     train(grpo_config(config, sft_model, summary), on_step=show)
-    console.print(f"   ({clock.lap('GRPO'):.0f}s)")
-    final_model = config.out / "grpo" / "checkpoints" / f"step-{config.grpo_steps}" / "model"
-    console.print("[bold]5.[/] the trained model evaluated on the same seeds")
-    final = evaluate(final_model, config, summary, "eval-grpo", console)
-    clock.lap("evaluation after")
-    console.print("   time per phase: " + ", ".join(f"{k} {v:.0f}s" for k, v in clock.laps.items()))
+    return rewards, summaries
+
+
+def print_results(
+    config: DemoConfig, baseline: RolloutSummary, final: RolloutSummary, console: Console
+) -> None:
+    """The demo's last lines: both evaluations side by side, and how to inspect the training run."""
     table = Table("policy", "pass rate (demo suite)", "mean reward", title="same evaluation seeds")
     table.add_row("warm start only", f"{baseline.pass_at_1:.3f}", f"{baseline.mean_reward:.3f}")
     table.add_row(
@@ -292,6 +319,28 @@ def run_training_demo(config: DemoConfig, console: Console | None = None) -> Dem
         f"  harness replay {run} --id demo-add/0        # the turns, summaries, diff and grade of one\n"
         f"  harness view {run}                          # the web viewer: tokens, advantages, plots"
     )
+
+
+def run_training_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+    console = console or Console()
+    clock = Laps()
+    config = resolved_backend(config)
+    sft_model, epochs = warm_model(config, console, clock)
+    summary = summary_budget(sft_model, config)
+    console.print("[bold]3.[/] the warm-started model evaluated")
+    baseline = evaluate(sft_model, config, summary, "eval-warm-start", console)
+    console.print(
+        f"   warm start only: pass rate {baseline.pass_at_1:.3f}, mean reward {baseline.mean_reward:.3f} "
+        f"({clock.lap('evaluation before'):.0f}s)"
+    )
+    rewards, summaries = train_grpo(config, sft_model, summary, console)
+    console.print(f"   ({clock.lap('GRPO'):.0f}s)")
+    final_model = config.out / "grpo" / "checkpoints" / f"step-{config.grpo_steps}" / "model"
+    console.print("[bold]5.[/] the trained model evaluated on the same seeds")
+    final = evaluate(final_model, config, summary, "eval-grpo", console)
+    clock.lap("evaluation after")
+    console.print("   time per phase: " + ", ".join(f"{k} {v:.0f}s" for k, v in clock.laps.items()))
+    print_results(config, baseline, final, console)
     return DemoResult(
         baseline_pass_rate=baseline.pass_at_1,
         final_pass_rate=final.pass_at_1,

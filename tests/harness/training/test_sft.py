@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from envs.sandbox import SandboxConfig
+from harness.rollouts.config import RolloutConfig
 from harness.rollouts.store import RunStore
 from harness.training.credit import HEADER_TITLE, privileged_header
 from harness.training.learner import LearnerConfig, Row
@@ -29,9 +30,11 @@ def test_sft_rows_render_the_conversation_exactly_and_training_lowers_the_loss(
     require_backend("bwrap")
     losses: list[float] = []
     config = SFTConfig(
-        model=tiny_model_path, suite=str(MINI), out=tmp_path / "sft", scripts=["gold"], epochs=6,
-        rows_per_step=4, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
-        sandbox=SandboxConfig(backend="bwrap"), learner=LearnerConfig(lr=3e-3),
+        model=tiny_model_path, scripts=["gold"], epochs=6, rows_per_step=4, learner=LearnerConfig(lr=3e-3),
+        rollout=RolloutConfig(
+            suite=str(MINI), out=tmp_path / "sft", sandbox=SandboxConfig(backend="bwrap"),
+            summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
+        ),
     )  # fmt: skip
     model = run_sft(config, on_step=lambda _, metrics: losses.append(metrics["loss"]))
     assert (model / "model.safetensors").is_file() and (model / "tokenizer.json").is_file()
@@ -67,10 +70,13 @@ def test_header_demonstrations_sit_where_the_teacher_and_a_hint_rollout_read_the
     tokens gain log-prob and the wrong fix's lose it, while without it the model writes either."""
     require_backend("bwrap")
     config = SFTConfig(
-        model=tiny_model_path, suite="demo", tasks=["demo-add"], out=tmp_path / "sft", scripts=["gold-min", "decoy"],
-        solved_only=False, repeats={"decoy": 2}, header_scripts=["gold-min"], epochs=150, target_loss=0.01,
-        rows_per_step=4, summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
-        sandbox=SandboxConfig(backend="bwrap"), learner=LearnerConfig(lr=3e-3),
+        model=tiny_model_path, scripts=["gold-min", "decoy"], solved_only=False, repeats={"decoy": 2},
+        header_scripts=["gold-min"], epochs=150, target_loss=0.01, rows_per_step=4,
+        learner=LearnerConfig(lr=3e-3),
+        rollout=RolloutConfig(
+            suite="demo", tasks=["demo-add"], out=tmp_path / "sft", sandbox=SandboxConfig(backend="bwrap"),
+            summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
+        ),
     )  # fmt: skip
     model = run_sft(config)
     policy = HFPolicy(model)
@@ -81,7 +87,7 @@ def test_header_demonstrations_sit_where_the_teacher_and_a_hint_rollout_read_the
     def demonstrated(script: str) -> list[Row]:
         return [
             segment_row(segment.messages, tools, fmt)
-            for t in RunStore(config.out / "demonstrations" / script).trajectories()
+            for t in RunStore(config.rollout.out / "demonstrations" / script).trajectories()
             for segment in t.segments
         ]
 
@@ -115,3 +121,21 @@ def test_repeats_and_header_scripts_name_scripts_of_the_run(tmp_path: Path) -> N
     ):
         with pytest.raises(ValueError, match=r"repeats|header_scripts"):
             SFTConfig.model_validate({"model": tmp_path, "scripts": scripts, **bad})
+
+
+def test_the_rollout_settings_nest_and_the_older_flat_form_still_reads(tmp_path: Path) -> None:
+    """SFTConfig holds a RolloutConfig; a file written when it listed the rollout settings itself (with
+    `loop.bash_enabled`, older still) reads to the same settings."""
+    flat = SFTConfig.model_validate(
+        {"model": tmp_path, "suite": "demo", "tasks": ["demo-add"], "out": "runs/x", "seed": 3,
+         "loop": {"max_turns": 5, "bash_enabled": False}, "summary": {"trigger_tokens": 64},
+         "sandbox": {"backend": "bwrap"}, "tools": {"max_observation_chars": 5000}}
+    )  # fmt: skip
+    nested = SFTConfig.model_validate(
+        {"model": tmp_path, "rollout": {
+            "suite": "demo", "tasks": ["demo-add"], "out": "runs/x", "seed": 3, "loop": {"max_turns": 5},
+            "summary": {"trigger_tokens": 64}, "sandbox": {"backend": "bwrap"},
+            "tools": {"bash_enabled": False, "max_observation_chars": 5000}}}
+    )  # fmt: skip
+    assert flat == nested and nested.rollout.concurrency == 2
+    assert SFTConfig(model=tmp_path).rollout.out == Path("runs/sft")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.rollouts.store import RunStore
-from harness.training.train_demo import DemoResult, reused_warm_start
+from harness.training.train_demo import DemoConfig, DemoResult, grpo_config, phase_rollout, reused_warm_start
 
 FIRST_LAST = 2
 """Steps averaged at each end of the run."""
@@ -64,3 +64,30 @@ def test_a_warm_start_is_reused_only_from_a_run_that_has_one(tmp_path: Path) -> 
     (tmp_path / "sft" / "model").mkdir(parents=True)
     (tmp_path / "sft" / "model" / "config.json").write_text("{}")
     assert reused_warm_start(tmp_path) == tmp_path / "sft" / "model"
+
+
+def test_the_demo_nests_its_rollout_settings_and_reads_the_older_flat_form(tmp_path: Path) -> None:
+    """DemoConfig holds a RolloutConfig that the evaluations and GRPO start from; the flat `backend`,
+    `group_size`, `concurrency` and `temperature` of older settings (and of benchmarks' overrides) go
+    into it, over the demo's defaults."""
+    flat = DemoConfig.model_validate(
+        {
+            "out": tmp_path,
+            "seed": 2,
+            "backend": "bwrap",
+            "group_size": 4,
+            "concurrency": 3,
+            "temperature": 0.5,
+        }
+    )
+    nested = DemoConfig.model_validate(
+        {"out": tmp_path, "seed": 2, "rollout": {
+            "sandbox": {"backend": "bwrap"}, "group_size": 4, "concurrency": 3, "sampling": {"temperature": 0.5}}}
+    )  # fmt: skip
+    assert flat == nested
+    assert (nested.rollout.suite, nested.rollout.sampling.max_new_tokens) == ("demo", 128)
+    evaluation = phase_rollout(nested, "eval-grpo", group_size=nested.eval_samples, seed=10_002)
+    assert (evaluation.out, evaluation.group_size, evaluation.concurrency) == (tmp_path / "eval-grpo", 8, 3)
+    grpo = grpo_config(nested, tmp_path, nested.rollout.summary).rollout
+    assert (grpo.out, grpo.seed, grpo.group_size, grpo.sampling.temperature) == (tmp_path / "grpo", 2, 4, 0.5)
+    assert grpo.sandbox.backend == "bwrap" and grpo.policy == f"hf:{tmp_path}"
