@@ -39,10 +39,11 @@ def serve(folder: Path) -> tuple[subprocess.Popen[str], str, Path]:
     command = [
         sys.executable,
         "-m",
-        "envs.sandbox_server",
+        "harness.cli",
+        "sandbox-server",
         "--listen",
         "127.0.0.2:0",
-        "--secret",
+        "--secret-file",
         str(secret),
     ]
     command += ["--backend", "bwrap", "--state-dir", str(folder / "server-state")]

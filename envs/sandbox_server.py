@@ -15,7 +15,6 @@ expiry, the sandbox is destroyed. Beyond its capacity a server refuses, and the 
 
 from __future__ import annotations
 
-import argparse
 import base64
 import io
 import os
@@ -475,33 +474,8 @@ def log(message: str) -> None:
     print(f"{time.strftime('%H:%M:%S')} sandbox-server: {message}", file=sys.stderr, flush=True)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `harness sandbox-server`; an option left out keeps `ServerConfig`'s default."""
-    default = {name: info.default for name, info in ServerConfig.model_fields.items()}
-    parser.add_argument("--listen", help=f"host:port (port 0: any free one; default {default['listen']})")
-    parser.add_argument("--secret", required=True, type=Path, help="file of the fleet's secret (mode 600)")
-    parser.add_argument(
-        "--capacity", type=int, help=f"most sandboxes at once (default {default['capacity']})"
-    )
-    parser.add_argument(
-        "--heartbeat-timeout",
-        type=float,
-        help=f"seconds a client may stay silent (default {default['heartbeat_timeout_s']})",
-    )
-    parser.add_argument("--backend", help="this host's sandbox backend (default: auto)")
-    parser.add_argument("--state-dir", type=Path, help="folder of the sandboxes' sockets and records")
-
-
-def serve(args: argparse.Namespace) -> int:
-    """Serves sandboxes until SIGINT / SIGTERM, which destroy them all."""
-    chosen = {"backend": args.backend, "state_dir": args.state_dir}
-    sandbox = {name: value for name, value in chosen.items() if value is not None}
-    given = {"listen": args.listen, "capacity": args.capacity, "heartbeat_timeout_s": args.heartbeat_timeout}
-    config = ServerConfig(
-        secret_file=args.secret,
-        sandbox=SandboxConfig.model_validate(sandbox),
-        **{name: value for name, value in given.items() if value is not None},
-    )
+def serve(config: ServerConfig) -> int:
+    """Serves sandboxes until SIGINT / SIGTERM, which destroy them all (`harness sandbox-server`)."""
     server = SandboxServer(config, read_secret(config.secret_file))
     install_signal_handlers()
     log(f"serving {server.config.sandbox.backend} sandboxes, at most {config.capacity} at once")
@@ -511,13 +485,3 @@ def serve(args: argparse.Namespace) -> int:
     finally:
         server.close()
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="harness sandbox-server", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return serve(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

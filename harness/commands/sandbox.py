@@ -13,9 +13,8 @@ from envs.factory import build_task_env, start_sandbox
 from envs.lifecycle import reap
 from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.sandbox import SandboxConfig, SandboxError
-from envs.sandbox_server import add_arguments as add_server_arguments
-from envs.sandbox_server import serve as serve_sandboxes
 from harness.commands import Commands, backend_choices
+from harness.commands.settings import printed_config, resolved
 from tasks.model import Task
 from tasks.suite import load_suite
 
@@ -151,11 +150,26 @@ def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
     return 0
 
 
+SERVER_FLAGS = {"backend": "sandbox.backend", "state-dir": "sandbox.state_dir"}
+"""Flags of `harness sandbox-server` for nested settings of `ServerConfig`; its own are made from it."""
+
+
+def cmd_sandbox_server(args: argparse.Namespace) -> int:
+    from envs.sandbox_server import ServerConfig, serve
+
+    config = resolved(args, ServerConfig)
+    return printed_config(config) if args.print_config else serve(config)
+
+
 def add_commands(sub: Commands) -> None:
     add_sandbox_command(sub)
-    p = sub.add_parser("sandbox-server", help="serve this host's sandboxes to rollouts on other hosts")
-    add_server_arguments(p)
-    p.set_defaults(func=serve_sandboxes)
+    p = sub.add_parser(
+        "sandbox-server",
+        help="serve this host's sandboxes to rollouts on other hosts",
+        settings="envs.sandbox_server:ServerConfig",
+        flags=SERVER_FLAGS,
+    )
+    p.set_defaults(func=cmd_sandbox_server)
     add_env_command(sub)
 
 

@@ -106,10 +106,10 @@ class Server:
             "sandbox-server",
             "--listen",
             listen,
-            "--secret",
+            "--secret-file",
             str(secret),
         ]
-        command += ["--capacity", str(capacity), "--heartbeat-timeout", str(heartbeat), "--backend", backend]
+        command += ["--capacity", str(capacity), "--heartbeat-timeout-s", str(heartbeat), "--backend", backend]
         prefix = ["nsenter", f"--net=/run/netns/{space.name}", "--"] if space else []  # execs: same pid
         self.state, self.space, self.log = state, space, state.with_suffix(".log")
         with self.log.open("w") as log:
