@@ -109,7 +109,8 @@ class Server:
             "--secret-file",
             str(secret),
         ]
-        command += ["--capacity", str(capacity), "--heartbeat-timeout-s", str(heartbeat), "--backend", backend]
+        command += ["--capacity", str(capacity), "--heartbeat-timeout-s", str(heartbeat)]
+        command += ["--backend", backend]
         prefix = ["nsenter", f"--net=/run/netns/{space.name}", "--"] if space else []  # execs: same pid
         self.state, self.space, self.log = state, space, state.with_suffix(".log")
         with self.log.open("w") as log:
@@ -438,6 +439,29 @@ def test_a_rollout_reaches_reward_1_through_sandbox_servers(
     )
     summary = rollout(config)
     assert (summary.trajectories, summary.mean_reward) == (1, 1.0), summary
+
+
+@pytest.mark.timeout(300)
+def test_rollouts_on_ray_workers_take_their_sandboxes_from_the_servers(
+    fleet: Callable[..., list[Server]], secret_file: Path, tmp_path: Path
+) -> None:
+    """The recipe of docs/scale.md on one machine: rollout workers on a local Ray cluster, every sandbox
+    served by the fleet (the workers are other processes: the settings and the secret reach them)."""
+    from harness.rollouts.config import RolloutConfig
+    from harness.rollouts.local import rollout
+
+    servers = fleet(2, capacity=4)
+    config = RolloutConfig.model_validate(
+        {
+            "suite": "demo", "tasks": ["demo-add", "demo-area"], "policy": "scripted:gold", "group_size": 2,
+            "out": str(tmp_path / "run"), "sandbox": remote(servers, secret_file).model_dump(),
+            "cluster": {"address": "local", "workers": 2},
+        }
+    )  # fmt: skip
+    summary = rollout(config)
+    assert (summary.trajectories, summary.mean_reward) == (4, 1.0), summary
+    started = sum(server.log.read_text().count(" started (") for server in servers)
+    assert started >= 4, [server.log.read_text() for server in servers]  # each episode's, and its grades
 
 
 def test_a_client_may_ask_no_more_than_the_servers_maxima(
