@@ -53,11 +53,12 @@ test: setup image lint
 bench: setup image
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/sandbox.py; sandbox=$$?; $(BIN)/python benchmarks/reset.py; reset=$$?; \
+	  $(BIN)/python benchmarks/remote_sandbox.py; remote=$$?; \
 	  $(BIN)/python benchmarks/learner.py; learner=$$?; \
 	  $(BIN)/python benchmarks/rollout_throughput.py; rollouts=$$?; \
 	  $(BIN)/python benchmarks/canary_distinguisher.py; \
 	  $(BIN)/python benchmarks/synth.py && [ $$sandbox -eq 0 ] && [ $$reset -eq 0 ] && [ $$learner -eq 0 ] && \
-	  [ $$rollouts -eq 0 ]
+	  [ $$rollouts -eq 0 ] && [ $$remote -eq 0 ]
 
 # The newest Python the dependencies support (3.13, else 3.12): the tests that need no torch, on a venv of
 # its own (.ci/newest_deps.py says why torch is left out). Under CI=true a missing interpreter fails.
