@@ -25,8 +25,10 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from envs import cgroups
-from envs.channel import ExecutorChannel
+from envs.channel import ExecutorChannel, Peer, UnixListener
 from envs.host_paths import reachable, readable_source
 from envs.lifecycle import current_owner, track
 from envs.python_env import sandbox_env
@@ -118,10 +120,25 @@ def python_dirs() -> list[str]:
 class BwrapIsolation:
     name = "bwrap"
 
-    def __init__(self, proc: subprocess.Popen[bytes], group: cgroups.Cgroup | None, stderr: Path) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], group: cgroups.Cgroup | None, stderr: Path, uid: int
+    ) -> None:
         self.proc = proc
         self.group = group
         self.stderr = stderr
+        self.uid = uid
+        """The host user the sandbox's processes run as."""
+
+    def not_executor(self, peer: Peer) -> str | None:
+        """Why the process that connected to the socket is not this sandbox's executor: that is bwrap's
+        child (PID 1 of the sandbox, `--as-pid-1`), of the sandbox's host user."""
+        try:
+            parent = psutil.Process(peer.pid).ppid()
+        except psutil.Error:
+            return "no such process"
+        if parent != self.proc.pid or peer.uid != self.uid:
+            return f"not bwrap {self.proc.pid}'s child of uid {self.uid} (parent {parent})"
+        return None
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -338,8 +355,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         source = Path(source_dir).resolve()
         source = readable_source(source, run_dir) if uid is not None else source
     sandbox_id = uuid.uuid4().hex[:12]
-    sock_path = run_dir / f"{sandbox_id}.sock"
-    channel = ExecutorChannel(sock_path)
+    listener = UnixListener(run_dir / sandbox_id, uid)  # bwrap, as `uid`, binds it into the sandbox
 
     group: cgroups.Cgroup | None = cgroups.Cgroup(f"{cgroups.PARENT}/{owner.run_id}--{sandbox_id}")
     try:
@@ -348,7 +364,7 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
         group = None  # no writable cgroups here: rlimits are all we have
 
     args, bridge = _bwrap_args(bwrap, config, run_dir, uid, source, env)
-    args += ["--bind", bridge(sock_path), "/run/harness.sock", "--chdir", WORKDIR]
+    args += ["--bind", bridge(listener.path), "/run/harness.sock", "--chdir", WORKDIR]
     args += ["--remount-ro", "/"]  # bwrap's root is a tmpfs: files put there would outlive a reset
     python = os.path.realpath(sys.executable)
     args += [
@@ -380,7 +396,9 @@ def start_bwrap(config: SandboxConfig, source_dir: Path | None) -> ExecutorSandb
                 close_fds=True,
             )
         )
-    sandbox = ExecutorSandbox(sandbox_id, BwrapIsolation(proc, group, stderr_path), channel, config)
+    isolation = BwrapIsolation(proc, group, stderr_path, os.geteuid() if uid is None else uid)
+    listener.check = isolation.not_executor
+    sandbox = ExecutorSandbox(sandbox_id, isolation, ExecutorChannel(listener), config)
     track(sandbox)
     sandbox.start()
     return sandbox

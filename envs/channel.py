@@ -1,6 +1,7 @@
 """The host end of the executor connection: JSON lines over a byte stream that a transport opens once.
 
-Two transports: `UnixListener`, a socket file the in-sandbox executor connects back to (local backends), and
+Two transports: `UnixListener`, a socket file the in-sandbox executor connects back to (local backends: in
+a folder only the harness's side may enter, the peer checked by SO_PEERCRED), and
 `envs.stream_auth.TcpDialer`, a TCP stream to a sandbox server, opened by a mutual handshake on a
 per-sandbox secret and sealed record by record (`harness sandbox-server`, `envs/remote_backend.py`). The
 framing, its timeouts and its buffer are the same over both.
@@ -11,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import socket
+import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from envs.sandbox import SandboxError, SandboxUnusable
 
@@ -50,33 +52,67 @@ class Transport(Protocol):
         ...
 
 
-class UnixListener:
-    """A socket file that accepts the executor once; the listener is closed right after, so a process of
-    the agent cannot connect in its place later."""
+class Peer(NamedTuple):
+    """The process at the other end of a Unix socket, as the kernel saw it connect (SO_PEERCRED): its pid and
+    ids as the listener's namespaces see them (a bwrap sandbox's uid 1000 is its host user)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    pid: int
+    uid: int
+    gid: int
+
+
+PeerCheck = Callable[[Peer], str | None]
+"""Why a process that connected is not the sandbox's executor; None when it is."""
+
+
+class UnixListener:
+    """A socket file that accepts the sandbox's executor once; the listener is closed right after, so a
+    process of the agent cannot connect in its place later.
+
+    The socket lives in a folder of its own (`folder/sock`) that only `owner` may enter: the harness's user,
+    or the host user a bwrap sandbox binds it as. A host user who watches the state folder cannot reach it,
+    and a process that reaches it all the same is accepted only when `check` (set by the backend once the
+    sandbox's process is known, before `open`) says it is the executor; any other is hung up on."""
+
+    def __init__(self, folder: Path, owner: int | None = None) -> None:
+        folder.mkdir(mode=0o700)
+        if owner is not None and owner != os.geteuid():
+            os.chown(folder, owner, -1)
+        self.folder = folder
+        self.path = folder / "sock"
+        self.check: PeerCheck | None = None
+        self.refused: list[str] = []
+        """The last connections hung up on, for the error when the executor never came."""
         self._listener: socket.socket | None = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self._listener.bind(str(path))
-        os.chmod(path, 0o666)  # the executor runs as an unprivileged uid inside the sandbox
+        self._listener.bind(str(self.path))
+        os.chmod(self.path, 0o666)  # the executor runs as an unprivileged uid inside the sandbox
         self._listener.listen(1)
 
     def open(self, timeout: float, alive: Callable[[], bool], describe: Callable[[], str]) -> socket.socket:
         if self._listener is None:
             raise SandboxError("the executor's socket is accepted once")
+        if self.check is None:
+            raise SandboxError("the executor's socket has no check of its peer")
         deadline = time.monotonic() + timeout
         self._listener.settimeout(0.05)
         while True:
             try:
                 sock, _ = self._listener.accept()
-                break
             except TimeoutError:
                 if not alive():
                     raise SandboxError(f"sandbox exited before its executor started: {describe()}") from None
                 if time.monotonic() > deadline:
+                    refused = f"; refused: {'; '.join(self.refused)}" if self.refused else ""
                     raise SandboxError(
-                        f"executor did not start within {timeout:.0f}s: {describe()}"
+                        f"executor did not start within {timeout:.0f}s: {describe()}{refused}"
                     ) from None
+                continue
+            peer = peer_of(sock)
+            why = self.check(peer)
+            if why is None:
+                break
+            sock.close()
+            self.refused = [*self.refused[-4:], f"pid {peer.pid} uid {peer.uid}: {why}"]
         self._listener.close()
         self._listener = None
         return sock
@@ -89,14 +125,22 @@ class UnixListener:
             self._listener.close()
             self._listener = None
         self.path.unlink(missing_ok=True)
+        try:
+            self.folder.rmdir()
+        except OSError:
+            pass  # gone already; a run's folder, with whatever is left in it, goes with the run
+
+
+def peer_of(sock: socket.socket) -> Peer:
+    """Who is at the other end of a connected Unix socket."""
+    return Peer(*struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)))
 
 
 class ExecutorChannel:
-    """Sends requests to the executor and reads its answers, one JSON line each, over a `Transport` (a
-    path: a `UnixListener` on it)."""
+    """Sends requests to the executor and reads its answers, one JSON line each, over a `Transport`."""
 
-    def __init__(self, transport: Transport | Path) -> None:
-        self.transport = UnixListener(transport) if isinstance(transport, Path) else transport
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
         self._sock: Stream | None = None
         self._buffer = bytearray()  # grows in place: a reply of a copy-out can be hundreds of megabytes
 

@@ -28,7 +28,7 @@ import docker.errors
 import requests.exceptions
 
 from envs import cgroups
-from envs.channel import ExecutorChannel
+from envs.channel import ExecutorChannel, Peer, UnixListener
 from envs.host_paths import readable_source
 from envs.lifecycle import LABEL, Owner, current_owner, dead_run, log_reaped, track
 from envs.remote import ExecutorSandbox
@@ -100,6 +100,15 @@ class DockerIsolation:
         self.container = container
         self.group = _container_cgroup(container.id)
 
+    def not_executor(self, peer: Peer) -> str | None:
+        """Why the process that connected to the socket is not this container's executor (its PID 1)."""
+        try:
+            self.container.reload()
+        except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
+            return f"the container's process is not known: {e}"
+        pid = self.container.attrs["State"]["Pid"]
+        return None if peer.pid == pid else f"not the container's process {pid}"
+
     def alive(self) -> bool:
         try:
             self.container.reload()
@@ -166,23 +175,8 @@ def _start_container(
 ) -> ExecutorSandbox:
     sandbox_id = uuid.uuid4().hex[:12]
     name = f"harness-{owner.run_id}-{sandbox_id}"
-    sock_path = config.state_dir / owner.run_id / f"{sandbox_id}.sock"
-    channel = ExecutorChannel(sock_path)
-    volumes = {
-        str(sock_path): {"bind": "/run/harness.sock", "mode": "rw"},
-        str(EXECUTOR): {"bind": "/opt/harness/executor.py", "mode": "ro"},
-    }
-    command = [
-        "--connect",
-        "/run/harness.sock",
-        "--workdir",
-        WORKDIR,
-        "--label",
-        f"{owner.run_id}/{sandbox_id}",
-    ]
-    if source is not None:
-        volumes[str(source)] = {"bind": "/opt/pristine", "mode": "ro"}
-    command += ["--pristine", "/opt/pristine"]
+    listener = UnixListener(config.state_dir / owner.run_id / sandbox_id)
+    volumes, command = _mounts(listener.path, source, f"{owner.run_id}/{sandbox_id}")
     try:
         container = client(config.docker_timeout_s).containers.run(
             image or config.image,
@@ -212,20 +206,43 @@ def _start_container(
             ],
         )
     except docker.errors.ImageNotFound as e:
-        channel.close()
+        listener.close()
         raise SandboxError(f"image {image or config.image!r} not found: build it with `make image`") from e
     except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
-        channel.close()
+        listener.close()
         if _unanswered(e):
             _add_stray(name)  # the daemon may still make it once it answers again
             raise _Unanswered(str(e)) from e
         raise SandboxError(f"docker could not start a sandbox: {e}") from e
-    sandbox = ExecutorSandbox(sandbox_id, DockerIsolation(container), channel, config)
+    isolation = DockerIsolation(container)
+    listener.check = isolation.not_executor
+    sandbox = ExecutorSandbox(sandbox_id, isolation, ExecutorChannel(listener), config)
     track(sandbox)
     if _strays:  # the daemon answers again
         remove_strays()
     sandbox.start()
     return sandbox
+
+
+def _mounts(sock: Path, source: Path | None, label: str) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """The container's bind mounts (the executor's socket and file, the start tree) and the executor's
+    arguments."""
+    volumes = {
+        str(sock): {"bind": "/run/harness.sock", "mode": "rw"},
+        str(EXECUTOR): {"bind": "/opt/harness/executor.py", "mode": "ro"},
+    }
+    if source is not None:
+        volumes[str(source)] = {"bind": "/opt/pristine", "mode": "ro"}
+    return volumes, [
+        "--connect",
+        "/run/harness.sock",
+        "--workdir",
+        WORKDIR,
+        "--label",
+        label,
+        "--pristine",
+        "/opt/pristine",
+    ]
 
 
 def image_exists(tag: str) -> bool:

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.docker import daemon_answers, reap_containers, start_docker
+import urllib3
+
+from envs.docker import BUILD_TIMEOUT_S, daemon_answers, image_exists, reap_containers, start_docker
 from envs.docker import ensure_image as build_image
 from envs.remote import ExecutorSandbox
-from envs.sandbox import SandboxConfig
-from envs.task_env import image_environment, image_task_start
+from envs.sandbox import SandboxConfig, SandboxError
+from envs.task_env import build_time_left, image_environment, image_task_start
 from tasks.environment import Environment
 from tasks.model import Task
 
@@ -17,7 +19,11 @@ from tasks.model import Task
 def ensure_image(tag: str, context: Path | None) -> None:
     """Docker holds `tag`, built from `context` when given and missing (a tag without one must be there)."""
     if context is not None:
-        build_image(tag, context)
+        left = build_time_left(BUILD_TIMEOUT_S)
+        try:
+            build_image(tag, context, left)
+        except urllib3.exceptions.HTTPError as e:  # the build's stream read past its time (the build ends)
+            raise SandboxError(f"building image {tag} did not end within {left:.0f} s: {e}") from e
 
 
 class DockerBackend:
@@ -31,7 +37,13 @@ class DockerBackend:
     ) -> ExecutorSandbox:
         if image is not None and image_build is not None:
             ensure_image(image, image_build)
+        if not image_exists(image or config.image):  # Docker would pull it from a registry
+            raise SandboxError(f"image {image or config.image!r} not found: build it with `make image`")
         return start_docker(config, source_dir, image)
+
+    def has_image(self, tag: str) -> bool:
+        """Whether Docker holds `tag` (nothing is pulled)."""
+        return image_exists(tag)
 
     def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
         image, image_build = image_task_start(task, config.image, ensure_image)

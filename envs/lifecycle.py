@@ -158,7 +158,7 @@ def current_owner(state_dir: Path, expiry_s: float, strays: StrayReaper | None =
         owner = _owner.model_copy(update={"lock": str(lock.absolute())})
         run_dir = state_dir / owner.run_id
         if not (run_dir / "owner.json").exists():  # a process may use several state folders (tests, configs)
-            run_dir.mkdir(parents=True, exist_ok=True)
+            run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # its sockets are no other user's business
             tmp = run_dir / f".owner.json.{owner.pid}"
             tmp.write_text(owner.model_dump_json())
             tmp.rename(run_dir / "owner.json")  # a reaper never sees it half-written

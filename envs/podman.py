@@ -44,7 +44,7 @@ import docker.errors
 import requests.exceptions
 
 from envs import cgroups
-from envs.channel import ExecutorChannel
+from envs.channel import ExecutorChannel, Peer, UnixListener
 from envs.docker import ENTRYPOINT, EXECUTOR, client, daemon_answers
 from envs.host_paths import readable_source
 from envs.lifecycle import LABEL, Owner, current_owner, dead_run, log_reaped, track
@@ -235,6 +235,10 @@ class PodmanIsolation:
         found = _process(self.pid) if self.ticks is not None else None
         return found is not None and found[0] != "Z" and found[1] == self.ticks
 
+    def not_executor(self, peer: Peer) -> str | None:
+        """Why the process that connected to the socket is not this container's executor (its PID 1)."""
+        return None if peer.pid == self.pid > 0 else f"not the container's process {self.pid}"
+
     def limit_events(self) -> tuple[int, int]:
         return self.group.events() if self.group is not None else (0, 0)
 
@@ -283,7 +287,7 @@ def run_options(
     options = [
         "--detach", "--pull=never", "--name", container_name(owner, sandbox_id),
         "--network", "none", "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
-        "--security-opt", f"seccomp={profile_file(sock.parent)}",
+        "--security-opt", f"seccomp={profile_file(config.state_dir / owner.run_id)}",
         "--pids-limit", str(config.pids_limit), "--memory", memory, "--memory-swap", memory,
         "--cpus", str(config.cpus), "--read-only", "--read-only-tmpfs=false",
         # Podman mounts a tmpfs noexec unless told: the repository's scripts must run. U: owned by the user.
@@ -309,13 +313,13 @@ def start_podman(config: SandboxConfig, source_dir: Path | None, image: str | No
         source = readable_source(Path(source_dir).resolve(), config.state_dir / owner.run_id)
     sandbox_id = uuid.uuid4().hex[:12]
     name = container_name(owner, sandbox_id)
-    sock = config.state_dir / owner.run_id / f"{sandbox_id}.sock"
-    channel = ExecutorChannel(sock)
+    listener = UnixListener(config.state_dir / owner.run_id / sandbox_id)
+    channel = ExecutorChannel(listener)
     label = f"{owner.run_id}/{sandbox_id}"
     command = ["--connect", "/run/harness.sock", "--workdir", WORKDIR, "--label", label]
     command += ["--pristine", "/opt/pristine"]
     try:
-        options = run_options(config, owner, sandbox_id, sock, source)
+        options = run_options(config, owner, sandbox_id, listener.path, source)
         done = podman(["run", *options, image or config.image, *command], config.start_timeout_s)
         if done.returncode != 0:
             raise SandboxError(f"podman could not start a sandbox: {_said(done)}")
@@ -326,6 +330,7 @@ def start_podman(config: SandboxConfig, source_dir: Path | None, image: str | No
             _add_stray(name)
         raise
     isolation = PodmanIsolation(name, int(pid) if pid.isdigit() else 0, config.docker_timeout_s)
+    listener.check = isolation.not_executor
     sandbox = ExecutorSandbox(sandbox_id, isolation, channel, config)
     track(sandbox)
     if _strays:

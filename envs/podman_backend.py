@@ -6,12 +6,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from envs.podman import ensure_image, podman_path, podman_unavailable, reap_containers, start_podman
+from envs.docker import daemon_answers
+from envs.docker import image_exists as in_docker
+from envs.podman import (
+    BUILD_TIMEOUT_S,
+    image_exists,
+    podman_path,
+    podman_unavailable,
+    reap_containers,
+    start_podman,
+)
+from envs.podman import ensure_image as podman_image
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
-from envs.task_env import image_environment, image_task_start
+from envs.task_env import build_time_left, image_environment, image_task_start
 from tasks.environment import Environment
 from tasks.model import Task
+
+
+def ensure_image(tag: str, context: Path | None) -> None:
+    """podman holds `tag` (`envs.podman.ensure_image`), its build within a build's time (`build_deadline`)."""
+    podman_image(tag, context, build_time_left(BUILD_TIMEOUT_S))
 
 
 class PodmanBackend:
@@ -25,6 +40,11 @@ class PodmanBackend:
     ) -> ExecutorSandbox:
         ensure_image(image or config.image, image_build if image is not None else None)
         return start_podman(config, source_dir, image)
+
+    def has_image(self, tag: str) -> bool:
+        """Whether podman holds `tag`, or Docker to load it from (`envs.podman.ensure_image`); nothing is
+        pulled (podman runs and builds with `--pull=never`)."""
+        return image_exists(tag) or (daemon_answers() and in_docker(tag))
 
     def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
         image, image_build = image_task_start(task, config.image, ensure_image)

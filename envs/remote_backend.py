@@ -77,9 +77,11 @@ class Recipe(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     image: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._/:@-]*$")
-    """The image (None: the server's `sandbox.image`); a name, never an option to an engine's command."""
+    """The image (None: the server's `sandbox.image`); a name, never an option to an engine's command. One the
+    server must hold already (it never pulls): no registry host, none of the server's own names."""
     image_build: str | None = None
-    """The build context that makes `image` where the server does not hold it: a tar, base64."""
+    """The build context that makes the image: a tar, base64. The server names what it builds by the
+    context's hash (`sandbox_server.TASK_IMAGES`), never `image`, and starts the sandbox in it."""
     environment: Environment | None = None
     """The task's own environment, built on `image` (`envs/task_env.py`) where the server has not yet."""
 

@@ -59,8 +59,9 @@ class SandboxConfig(BaseModel):
     `pids_limit` it bounds what one sandbox can take of the host's file table: 256 x 4,096 is about 1 M of
     a host's usual 2-9 M; the red team filled a fifth of this host's with 20,000 a process
     (docs/reliability.md 5j)."""
-    cpus: float = Field(default=1.0, gt=0)
-    """CPU quota, in cores."""
+    cpus: float = Field(default=1.0, ge=0.01)
+    """CPU quota, in cores; at least 0.01 (Docker's least, and 1 ms of cgroups' 100 ms period): a smaller
+    one rounded to a quota of 0, which cgroups and Docker read as no limit at all."""
     disk_mb: int = Field(default=1024, ge=16)
     """Size of the writable repository area (a tmpfs)."""
     tmp_mb: int = Field(default=256, ge=16)

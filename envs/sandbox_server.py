@@ -16,6 +16,7 @@ expiry, the sandbox is destroyed. Beyond its capacity a server refuses, and the 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import os
 import re
@@ -31,8 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field
 
+from envs import task_env
 from envs.backends import backend, resolved
 from envs.channel import ExecutorChannel, Stream
 from envs.lifecycle import current_owner, install_signal_handlers, track
@@ -40,7 +43,7 @@ from envs.remote import ExecutorSandbox
 from envs.remote_backend import CLIENT_SETTINGS, CONTROL, Recipe, stream_name
 from envs.sandbox import SandboxConfig, SandboxError, SandboxUnusable
 from envs.stream_auth import HandshakeError, Sealed, derive, parse_address, read_secret, server_handshake
-from envs.task_env import env_key
+from envs.task_env import build_deadline, build_time_left, env_key
 from tasks.environment import Environment
 
 
@@ -65,6 +68,9 @@ class ServerMaxima(BaseModel):
     """Largest /tmp (`tmp_mb`)."""
     expiry_s: float = Field(default=24 * 3600.0, gt=0)
     """Longest wall time of one sandbox (`expiry_s`): the server destroys it then, whatever runs in it."""
+    build_s: float = Field(default=1800.0, gt=0)
+    """Longest a start may spend building its image and environment (pip's downloads included), or waiting
+    for another start's build of the same one: each build step is stopped then, and the start refused."""
 
     def refuse_above(self, config: SandboxConfig) -> None:
         """Raises ValueError naming each setting of `config` above its maximum."""
@@ -72,17 +78,27 @@ class ServerMaxima(BaseModel):
         over = [
             f"sandbox.{name}={asked[name]} is above this server's maxima.{name}={most}"
             for name, most in self.model_dump().items()
-            if asked[name] > most
+            if name in asked and asked[name] > most
         ]
         if over:
             raise ValueError(f"asked for more than this server serves: {'; '.join(over)}")
 
 
-REQUIREMENT = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9._-]*[ \t]*(\[[\w., \t-]*\])?[ \t]*[\w.*+!<>=~,() \t-]*(;[^@/\\\n\r]*)?"
-)
-"""A requirement a server builds: a name of the package index with extras, versions and a marker (PEP
-508), never a URL, a path or a pip option."""
+ARCHIVE = re.compile(r"\.(whl|zip|tar|tgz|tbz|txz|tlz|egg|tar\.gz|tar\.bz2|tar\.xz|tar\.lz|tar\.lzma)$", re.I)
+"""What pip reads as a file to install from, found in its working folder, rather than a project's name."""
+
+
+def requirement_of_index(line: str) -> None:
+    """Refuses `line` unless it is a requirement of the package index (PEP 508): a name with extras,
+    versions and a marker, never a URL, a path, an archive or a pip option."""
+    try:
+        requirement = Requirement(line)
+    except InvalidRequirement as e:
+        raise ValueError(f"environment: {line!r} is not a requirement of the package index ({e})") from None
+    if requirement.url is not None or ARCHIVE.search(requirement.name) or line.lstrip().startswith("-"):
+        raise ValueError(f"environment: {line!r} is not a requirement of the package index")
+
+
 NAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?")
 """A project's name (PEP 508)."""
 VERSION = re.compile(r"[A-Za-z0-9.+!_-]+")
@@ -95,8 +111,7 @@ def buildable(environment: Environment) -> Environment:
     and version name a folder of this host's environment, and its package root is a line of a path file,
     which Python runs where it starts with `import`, so each must be what its field says it is."""
     for requirement in environment.requirements:
-        if not REQUIREMENT.fullmatch(requirement):
-            raise ValueError(f"environment: {requirement!r} is not a requirement of the package index")
+        requirement_of_index(requirement)
     if environment.project is not None and not NAME.fullmatch(environment.project):
         raise ValueError(f"environment: {environment.project!r} is not a project's name")
     if not VERSION.fullmatch(environment.version):
@@ -104,6 +119,96 @@ def buildable(environment: Environment) -> Environment:
     if environment.package_root not in ("", "src"):
         raise ValueError(f"environment: package_root {environment.package_root!r} is neither '' nor 'src'")
     return environment
+
+
+TASK_IMAGES = "harness-served/"
+"""How the name of each image a server builds from a client's context starts; the context's sha256 ends
+it. A client names none of these, nor an environment's image (`task_env.docker_env_image`)."""
+SERVER_IMAGES = (TASK_IMAGES, "harness-env:")
+REGISTRY = re.compile(r"[^/]*[.:][^/]*|localhost")
+"""The first part of an image's name that is a registry's host (`127.0.0.1:5000/x`, `ghcr.io/x`)."""
+COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+REFERENCE = re.compile(rf"{COMPONENT}(?:/{COMPONENT})*(?::\w[\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?")
+"""An image's name as Docker reads one, with no registry: never a transport of podman's (`dir:/path`,
+`docker-daemon:x`), which would read the host's files."""
+HELD = re.compile(rf"(?:[A-Za-z0-9.-]+(?::[0-9]+)?/)?{REFERENCE.pattern}")
+"""An image's name, its registry's too: how a Dockerfile names the image it starts from."""
+
+
+def client_image(name: str) -> str:
+    """`name`, an image a client asks for, refused where it names a registry (the server never pulls) or
+    an image only the server names."""
+    first, slash, _ = name.partition("/")
+    if slash and REGISTRY.fullmatch(first):
+        raise ValueError(
+            f"image {name!r} names a registry or a transport ({first}): a server runs only its own"
+        )
+    if not REFERENCE.fullmatch(name):
+        raise ValueError(f"image {name!r} is not an image's name")
+    if name.startswith(SERVER_IMAGES):
+        raise ValueError(f"image {name!r}: names starting {' or '.join(SERVER_IMAGES)} are the server's own")
+    return name
+
+
+FETCHING = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://|git@")
+"""A source of ADD that the engine fetches itself (from the host's network, not the build's)."""
+DIRECTIVE = re.compile(r"#\s*(syntax|escape)\s*=", re.IGNORECASE)
+
+
+def instructions(dockerfile: str) -> list[tuple[str, list[str]]]:
+    """The instructions of `dockerfile` (continuation lines joined, comments dropped): (INSTRUCTION, its
+    arguments); ONBUILD's own instruction in its place. Refuses a parser directive (`# syntax=` would
+    have the engine fetch a frontend; `# escape=` would change how lines continue)."""
+    lines: list[tuple[str, list[str]]] = []
+    logical = ""
+    for raw in dockerfile.splitlines():
+        line = raw.strip()
+        if DIRECTIVE.match(line):
+            raise ValueError(f"the Dockerfile's parser directive {line!r} is refused by this server")
+        if line.startswith("#") or (not line and logical):
+            continue
+        logical += " " + line
+        if logical.endswith("\\"):
+            logical = logical[:-1]
+            continue
+        words, logical = logical.split(), ""
+        while words and words[0].upper() == "ONBUILD":
+            words = words[1:]
+        if words:
+            lines.append((words[0].upper(), words[1:]))
+    return lines
+
+
+def buildable_context(context: Path, has_image: Callable[[str], bool]) -> None:
+    """Refuses a client's build context whose Dockerfile has the engine fetch anything (an ADD of a URL or
+    a git repository) or start from an image this host does not hold (the engine would pull it)."""
+    dockerfile = context / "Dockerfile"
+    if not dockerfile.is_file():
+        raise ValueError("the build context has no Dockerfile")
+    stages: set[str] = set()
+    for instruction, args in instructions(dockerfile.read_text(errors="replace")):
+        sources = [a.strip('[]",') for a in args if not a.startswith("--")]
+        if instruction in ("ADD", "COPY") and any(FETCHING.match(a) for a in sources[:-1]):
+            raise ValueError(f"the Dockerfile's {instruction} of a URL or git repository is refused: {args}")
+        bases = [a.split("=", 1)[1] for a in args if a.startswith("--from=")] if instruction != "FROM" else []
+        if instruction == "FROM":
+            bases = sources[:1]
+            if len(sources) >= 3 and sources[1].upper() == "AS":
+                stages.add(sources[2].lower())
+        for base in bases:
+            if not HELD.fullmatch(base):  # `$ARG`, or a transport of podman's onto the host's files
+                raise ValueError(
+                    f"the Dockerfile's {instruction} {base!r}: a server builds from named images"
+                )
+            if (
+                base.lower() not in stages
+                and base != "scratch"
+                and not base.isdigit()
+                and not has_image(base)
+            ):
+                raise ValueError(
+                    f"the Dockerfile starts from {base!r}, which is not on this server (it never pulls)"
+                )
 
 
 class ServerConfig(BaseModel):
@@ -126,6 +231,8 @@ class ServerConfig(BaseModel):
     """The most a client may ask for one sandbox."""
     max_build_context_mb: int = Field(default=256, ge=1)
     """Largest image build context a client may send (its tar, in MB); a larger one is refused."""
+    max_source_mb: int = Field(default=512, ge=1)
+    """Largest source tree a client may send (its tar, in MB); a larger one is refused before it is decoded."""
     build_sdists: bool = False
     """Whether a task environment's requirements may be built from source distributions, which runs their
     build code on this host (as root where the server runs so). Off: wheels only (pip's `--only-binary
@@ -147,6 +254,8 @@ class Served:
     release: Callable[[Served], None]
     data: Stream | None = None
     gone: bool = False
+    timer: threading.Timer | None = None
+    """Destroys it at `expires`, whatever its control stream does."""
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def close(self) -> None:
@@ -158,6 +267,8 @@ class Served:
             if self.gone:
                 return
             self.gone = True
+            if self.timer is not None and self.timer is not threading.current_thread():
+                self.timer.cancel()
             try:
                 for sock in (self.data, self.executor):
                     if sock is not None:
@@ -195,8 +306,7 @@ class SandboxServer:
         self._backend = backend(config.sandbox.backend)
         if self._backend.name == "remote":
             raise SandboxError("a sandbox server serves a local backend, not remote")
-        if not config.build_sdists:
-            os.environ["PIP_ONLY_BINARY"] = ":all:"  # read by each pip an environment's build runs
+        task_env.only_binary = not config.build_sdists  # pip's `--only-binary :all:` in each build
         host, port = parse_address(config.listen)
         self._listener = socket.create_server((host, port), backlog=64)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
@@ -255,8 +365,10 @@ class SandboxServer:
             channel.send({"ok": True, "hello": os.getpid()}, self.config.heartbeat_timeout_s)
             while True:
                 wait = self.config.heartbeat_timeout_s
-                if served is not None:
+                if served is not None:  # checked on every turn: a stream of requests never idles it
                     wait = min(wait, served.expires - time.monotonic())
+                    if wait <= 0 or served.gone:
+                        raise SandboxUnusable("its expiry_s is past")
                 request = channel.receive(wait)
                 if request.get("op") == "start" and served is None:
                     reply, served = self._start(request, key)
@@ -327,8 +439,11 @@ class SandboxServer:
         try:
             source = None
             if request.get("source") is not None:
-                source = _unpack(str(request["source"]), folder / "repo")
-            local = self._make(config, source, recipe, folder)
+                source = _unpack(
+                    request["source"], folder / "repo", self.config.max_source_mb, "max_source_mb"
+                )
+            with build_deadline(self.config.maxima.build_s):  # each build step stops by then
+                local = self._make(config, source, recipe, folder)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
@@ -343,10 +458,13 @@ class SandboxServer:
             time.monotonic() + config.expiry_s,
             self._release,
         )
+        served.timer = threading.Timer(config.expiry_s, served.destroy)
+        served.timer.daemon = True
         with self._lock:
             self._live.add(id(served))
             self._pending[name] = served
-        track(served)  # SIGINT / SIGTERM destroy it, its source folder too
+        track(served)
+        served.timer.start()  # SIGINT / SIGTERM destroy it, its source folder too
         return served
 
     def _client_config(self, settings: object) -> SandboxConfig:
@@ -362,12 +480,23 @@ class SandboxServer:
     ) -> ExecutorSandbox:
         """A local sandbox as `recipe` says, its image or environment built first where needed. As the
         local backends' `start_task`: a task's environment on its image (the server's where it names none),
-        and where the environment is no image (bwrap's folder), the task's image and build as without one."""
+        and where the environment is no image (bwrap's folder), the task's image and build as without one.
+        An image built from a client's context is named by the context's hash (`TASK_IMAGES`), never by
+        the client; an image named without one must be on this host already: the server never pulls."""
+        image = None if recipe.image is None else client_image(recipe.image)
         build = None
         if recipe.image_build is not None:
             build = _unpack(recipe.image_build, folder / "build", self.config.max_build_context_mb)
+            image = TASK_IMAGES + hashlib.sha256(recipe.image_build.encode()).hexdigest()
         try:
-            image = recipe.image
+            has_image: Callable[[str], bool] | None = getattr(self._backend, "has_image", None)
+            if has_image is not None:
+                if build is not None:
+                    buildable_context(build, has_image)
+                elif not has_image(image or config.image):
+                    raise SandboxError(
+                        f"image {image or config.image!r} is not on this server (it never pulls)"
+                    )
             if recipe.environment is not None:
                 base_build = build if image is not None else None
                 environment = buildable(recipe.environment)
@@ -386,12 +515,16 @@ class SandboxServer:
         key = env_key(environment, image)
         with self._lock:
             lock = self._building.setdefault(key, threading.Lock())
-        with lock:
+        if not lock.acquire(timeout=build_time_left(self.config.maxima.build_s)):
+            raise SandboxError(f"environment {key}: another start's build of it outlasted maxima.build_s")
+        try:
             began = time.monotonic()
             built = self._backend.build_environment(environment, image, build, True)
             if key not in self._ready:
                 self._ready.add(key)
                 log(f"environment {key} ready in {time.monotonic() - began:.1f}s: {environment.requirements}")
+        finally:
+            lock.release()
         return built
 
     def _release(self, served: Served) -> None:
@@ -441,12 +574,16 @@ def _shutdown(sock: Stream) -> None:
         pass
 
 
-def _unpack(data: str, dest: Path, most_mb: int | None = None) -> Path:
+def _unpack(
+    data: object, dest: Path, most_mb: int | None = None, setting: str = "max_build_context_mb"
+) -> Path:
     """Unpacks a client's tar (base64) into the new folder `dest`, which it returns; refuses one larger than
-    `most_mb`, a compressed one (a client packs none: a small bomb could fill the disk), and any entry
-    past the `data` filter or through a link (`through_links`)."""
+    `most_mb` (this server's `setting`) before decoding it, a compressed one (a client packs none: a small
+    bomb could fill the disk), and any entry past the `data` filter or through a link (`through_links`)."""
+    if not isinstance(data, str):
+        raise ValueError("a tar is sent as base64 text")
     if most_mb is not None and len(data) * 3 // 4 > most_mb << 20:
-        raise ValueError(f"the build context is larger than this server's max_build_context_mb={most_mb}")
+        raise ValueError(f"the tar is larger than this server's {setting}={most_mb}")
     dest.mkdir(parents=True)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:") as tar:
         through_links(tar.getmembers())
@@ -455,19 +592,53 @@ def _unpack(data: str, dest: Path, most_mb: int | None = None) -> Path:
 
 
 def through_links(members: list[tarfile.TarInfo]) -> None:
-    """Refuses an archive with an entry whose path goes through one of its links: a tar of a folder never
-    has one (tar does not follow links), and chains of them are how an archive escapes the `data` filter
-    of Pythons without the fix of CVE-2025-4517 (the red team wrote a file outside the folder that way)."""
-    links: set[str] = set()
+    """Refuses an archive that a tar of a folder never is: an entry whose name is absolute or has a `..`
+    part, or whose path goes through one of the archive's links; a link whose target is absolute, leaves
+    the folder, or goes through a link. Chains of links, and `..` parts that step around a check of
+    literal prefixes, are how an archive escapes the `data` filter of Pythons without the fix of
+    CVE-2025-4517 (the red team wrote files outside the folder both ways)."""
+    members = [m for m in members if not (m.isdir() and not PurePosixPath(m.name).parts)]  # "./"
+    links = {_inside(m.name, m.name).as_posix() for m in members if m.issym() or m.islnk()}
     for member in members:
-        parts = PurePosixPath(member.name.lstrip("/")).parts
-        for depth in range(1, len(parts)):
-            if PurePosixPath(*parts[:depth]).as_posix() in links:
-                raise tarfile.TarError(
-                    f"{member.name}: its path goes through the link {PurePosixPath(*parts[:depth])}"
-                )
+        name = _inside(member.name, member.name)
+        _not_through(name.parts[:-1], links, member.name)
         if member.issym() or member.islnk():
-            links.add(PurePosixPath(*parts).as_posix() if parts else "")
+            # a symbolic link's target is read from its folder, a hard link's from the archive's root
+            base = name.parent.parts if member.issym() else ()
+            if PurePosixPath(member.linkname).is_absolute():
+                raise tarfile.TarError(f"{member.name}: its link target {member.linkname!r} is absolute")
+            walked: list[str] = list(base)
+            parts = PurePosixPath(member.linkname).parts
+            for i, part in enumerate(parts):
+                if part == "..":
+                    if not walked:
+                        raise tarfile.TarError(
+                            f"{member.name}: its link target {member.linkname!r} leaves the folder"
+                        )
+                    walked.pop()
+                elif part != ".":
+                    walked.append(part)
+                    if i < len(parts) - 1 and "/".join(walked) in links:  # on disk, `link/..` is not here
+                        raise tarfile.TarError(
+                            f"{member.name}: its link target goes through the link {'/'.join(walked)}"
+                        )
+
+
+def _inside(name: str, member: str) -> PurePosixPath:
+    """`name` of an entry, refused where absolute or with a `..` part."""
+    path = PurePosixPath(name)
+    if path.is_absolute() or ".." in path.parts or not path.parts:
+        raise tarfile.TarError(f"{member}: an entry's name is empty, absolute or has a '..' part")
+    return path
+
+
+def _not_through(parts: tuple[str, ...], links: set[str], member: str) -> None:
+    """Refuses the folders `parts` where one of them is one of the archive's `links`."""
+    for depth in range(1, len(parts) + 1):
+        if PurePosixPath(*parts[:depth]).as_posix() in links:
+            raise tarfile.TarError(
+                f"{member}: its path goes through the link {PurePosixPath(*parts[:depth])}"
+            )
 
 
 def log(message: str) -> None:

@@ -21,8 +21,12 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
+import time
 import venv
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError, harness_cache, locked_beside
@@ -58,6 +62,64 @@ def env_key(environment: Environment, base_image: str = "") -> str:
     return hashlib.sha256("\n".join(fields).encode()).hexdigest()[:16]
 
 
+_deadline: ContextVar[float | None] = ContextVar("build_deadline", default=None)
+
+
+@contextmanager
+def build_deadline(seconds: float) -> Iterator[None]:
+    """Within it, this thread's builds (pip, the engine's image builds) end by `seconds` from now."""
+    token = _deadline.set(time.monotonic() + seconds)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def build_time_left(default: float) -> float:
+    """The most a build step may take now: `default`, or less within a `build_deadline`; EnvBuildError
+    where it is past."""
+    deadline = _deadline.get()
+    if deadline is None:
+        return default
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise EnvBuildError("the build ran past its time (a sandbox server's maxima.build_s)")
+    return min(default, left)
+
+
+only_binary = False
+"""Whether pip takes wheels only (`--only-binary :all:`), never running a source distribution's build code;
+a sandbox server sets it unless its `build_sdists` is on."""
+
+
+def _pip(args: list[str], quiet: bool, before: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """pip with `args`, run from an empty folder of its own: a requirement is never read as a file lying in
+    the working folder (an archive named like a project)."""
+    binary = ["--only-binary", ":all:"] if only_binary and args[0] in ("wheel", "install") else []
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "--disable-pip-version-check",
+        *before,
+        *args[:1],
+        *binary,
+        *args[1:],
+    ]
+    left = build_time_left(float("inf"))
+    with tempfile.TemporaryDirectory(prefix="harness-pip-") as empty:
+        try:
+            return subprocess.run(
+                command,
+                capture_output=quiet,
+                text=True,
+                cwd=empty,
+                timeout=None if left == float("inf") else left,
+            )
+        except subprocess.TimeoutExpired as e:  # pip is killed
+            raise EnvBuildError(f"pip {args[0]} did not end within the build's time ({left:.0f} s)") from e
+
+
 def requirements_of(environment: Environment) -> list[str]:
     return [*REQUIREMENTS, *environment.requirements]
 
@@ -67,10 +129,8 @@ def fetch_wheels(requirements: list[str], quiet: bool) -> Path:
     wheel cache (from the package index, or pip's configured mirror); returns the cache's folder."""
     wheels = harness_cache() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    done = subprocess.run(
+    done = _pip(
         [
-            *pip,
             "wheel",
             "--wheel-dir",
             str(wheels),
@@ -79,8 +139,7 @@ def fetch_wheels(requirements: list[str], quiet: bool) -> Path:
             *(["-q"] if quiet else []),
             *requirements,
         ],
-        capture_output=quiet,
-        text=True,
+        quiet,
     )
     if done.returncode != 0:
         tail = (done.stderr or "").strip()[-1500:]
@@ -91,10 +150,9 @@ def fetch_wheels(requirements: list[str], quiet: bool) -> Path:
 def _install(wheels: Path, requirements: list[str], where: list[str], quiet: bool) -> None:
     """Installs from the wheel cache alone (no index) into `where`: pip's `--python VENV_PYTHON` (a global
     option) or `--target FOLDER` (an option of install)."""
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
     python, target = (where, []) if where[0] == "--python" else ([], where)
     args = ["install", "--no-index", "--find-links", str(wheels), *target, *(["-q"] if quiet else [])]
-    done = subprocess.run([*pip, *python, *args, *requirements], capture_output=quiet, text=True)
+    done = _pip([*args, *requirements], quiet, tuple(python))  # --python comes before the command
     if done.returncode != 0:
         raise EnvBuildError(
             f"pip could not install {' '.join(requirements)}: {(done.stderr or '').strip()[-1500:]}"

@@ -7,8 +7,12 @@ unusable."""
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import socket
+import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -16,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.channel import ExecutorChannel, Stream
+from envs.channel import ExecutorChannel, Stream, UnixListener
 from envs.sandbox import SandboxError, SandboxUnusable
 from envs.stream_auth import (
     MAGIC,
@@ -47,11 +51,13 @@ def executor(sock: Stream, answer: bool = True) -> None:
 
 
 def unix_pair(tmp_path: Path, answer: bool = True) -> ExecutorChannel:
-    channel = ExecutorChannel(tmp_path / "x.sock")
+    listener = UnixListener(tmp_path / "x")
+    listener.check = lambda peer: None if peer.pid == os.getpid() else "not this process"
+    channel = ExecutorChannel(listener)
 
     def connect() -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.connect(str(tmp_path / "x.sock"))
+        sock.connect(str(tmp_path / "x" / "sock"))
         executor(sock, answer)
 
     threading.Thread(target=connect, daemon=True).start()
@@ -93,10 +99,51 @@ def tcp_server() -> Iterator[Callable[..., str]]:
 def test_the_unix_transport_carries_calls_and_is_accepted_once(tmp_path: Path) -> None:
     channel = unix_pair(tmp_path)
     assert [channel.call({"n": n}, 5)["n"] for n in range(3)] == [0, 2, 4]
-    assert not (tmp_path / "x.sock").exists() or not _connects(tmp_path / "x.sock")
+    assert not (tmp_path / "x" / "sock").exists() or not _connects(tmp_path / "x" / "sock")
     channel.close()
     channel.close()
-    assert not (tmp_path / "x.sock").exists()
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_unix_socket_is_in_a_private_folder_and_a_wrong_peer_is_hung_up_on(tmp_path: Path) -> None:
+    """Red team (docs/reliability.md 5j): a host user who watched the state folder connected first and
+    answered every command. The socket's folder is the harness's alone (0700), and a process that gets in
+    all the same is refused unless the backend's check (SO_PEERCRED) names it the executor; the executor
+    after it is accepted."""
+    listener = UnixListener(tmp_path / "x")
+    assert stat.S_IMODE((tmp_path / "x").stat().st_mode) == 0o700
+    listener.check = lambda peer: None if peer.pid == os.getpid() else "not this process"
+    impostor = subprocess.Popen([sys.executable, "-c", IMPOSTOR, str(listener.path)], stdout=subprocess.PIPE)
+    assert impostor.stdout is not None and impostor.stdout.readline() == b"connected\n"
+    channel = ExecutorChannel(listener)
+
+    def connect() -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(listener.path))
+        executor(sock)
+
+    threading.Thread(target=connect, daemon=True).start()
+    assert channel.accept(5, lambda: True, lambda: "test") == 7
+    assert impostor.communicate(timeout=5)[0] == b"hung up on\n"  # never asked anything
+    assert listener.refused == [f"pid {impostor.pid} uid {os.getuid()}: not this process"]
+    assert channel.call({"n": 4}, 5)["n"] == 8
+    channel.close()
+    with pytest.raises(SandboxError, match="no check"):
+        UnixListener(tmp_path / "y").open(1, lambda: True, str)
+
+
+IMPOSTOR = """import socket, sys
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+sock.connect(sys.argv[1])
+sock.sendall(b'{"ok": true, "hello": 666}\\n')
+print("connected", flush=True)
+try:
+    asked = sock.recv(100)
+except ConnectionResetError:  # closed with the hello unread
+    asked = b""
+print("asked" if asked else "hung up on")
+"""
+"""Connects to a socket first and says the executor's hello."""
 
 
 def _connects(path: Path) -> bool:

@@ -108,7 +108,7 @@ def leftovers(state_dir: Path, run_id: str, sandbox_id: str | None = None) -> di
             if any(arg.startswith(label_arg) for arg in proc.info["cmdline"] or [])
         ],
         "control groups": sorted(CGROUP_ROOT.glob(f"*/harness/{run_id}--{sandbox_id or '*'}")),
-        "sockets": sorted((state_dir / run_id).glob(f"{sandbox_id or '*'}.sock")),
+        "sockets": sorted((state_dir / run_id).glob(f"{sandbox_id or '*'}/sock")),
     }
 
 

@@ -97,6 +97,7 @@ class Server:
         capacity: int,
         heartbeat: float,
         backend: str = "bwrap",
+        options: tuple[str, ...] = (),
     ) -> None:
         listen = f"{space.host if space else host}:0"
         command = [
@@ -110,7 +111,7 @@ class Server:
             str(secret),
         ]
         command += ["--capacity", str(capacity), "--heartbeat-timeout-s", str(heartbeat)]
-        command += ["--backend", backend]
+        command += ["--backend", backend, *options]
         prefix = ["nsenter", f"--net=/run/netns/{space.name}", "--"] if space else []  # execs: same pid
         self.state, self.space, self.log = state, space, state.with_suffix(".log")
         with self.log.open("w") as log:
@@ -159,7 +160,12 @@ def fleet(tmp_path: Path, secret_file: Path) -> Iterator[Callable[..., list[Serv
     states: list[Path] = []
 
     def start(
-        n: int = 1, capacity: int = 2, heartbeat: float = 3.0, backend: str = "bwrap", space: bool = True
+        n: int = 1,
+        capacity: int = 2,
+        heartbeat: float = 3.0,
+        backend: str = "bwrap",
+        space: bool = True,
+        options: tuple[str, ...] = (),
     ) -> list[Server]:
         for _ in range(n):
             i = len(servers)
@@ -168,7 +174,9 @@ def fleet(tmp_path: Path, secret_file: Path) -> Iterator[Callable[..., list[Serv
             states.append(Path(tempfile.mkdtemp(prefix=f"hs{i}-", dir="/tmp")))
             where = namespace(i) if space else None
             servers.append(
-                Server(f"127.0.0.{i + 2}", where, secret_file, states[-1], capacity, heartbeat, backend)
+                Server(
+                    f"127.0.0.{i + 2}", where, secret_file, states[-1], capacity, heartbeat, backend, options
+                )
             )
         return servers
 
@@ -470,13 +478,13 @@ def test_a_client_may_ask_no_more_than_the_servers_maxima(
     """Above a maximum a start is refused, naming the setting and the maximum, never served with less
     (docs/reliability.md 5j: a client asked for 20 GB of memory and got it); at the maxima it is served."""
     (server,) = fleet()
-    maxima = ServerMaxima()
-    for name, most in maxima.model_dump().items():
+    maxima = ServerMaxima().model_dump(exclude={"build_s"})  # the limits of a sandbox (a build's: below)
+    for name, most in maxima.items():
         above = f"sandbox\\.{name}={most * 2}.* is above this server's maxima\\.{name}={most}"
         with pytest.raises(SandboxError, match=above):
             start_sandbox(remote([server], secret_file, **{name: most * 2}))
     assert free(server, secret_file) == 2
-    sandbox = start_sandbox(remote([server], secret_file, **maxima.model_dump()))
+    sandbox = start_sandbox(remote([server], secret_file, **maxima))
     try:
         assert sandbox.run("echo served").output.strip() == "served"
     finally:
@@ -590,6 +598,15 @@ def test_a_server_builds_only_requirements_of_the_package_index(
     assert free(server, secret_file) == 2
 
 
+def built_as(context: Path) -> str:
+    """The name a server gives the image it builds from `context`."""
+    import hashlib
+
+    packed = remote_backend._pack(context)
+    assert packed is not None
+    return "harness-served/" + hashlib.sha256(packed.encode()).hexdigest()
+
+
 def test_a_tasks_image_is_built_by_a_docker_server_and_refused_by_a_bwrap_one(
     fleet: Callable[..., list[Server]], secret_file: Path, sample_repo: Path, tmp_path: Path
 ) -> None:
@@ -598,7 +615,8 @@ def test_a_tasks_image_is_built_by_a_docker_server_and_refused_by_a_bwrap_one(
     context.mkdir()
     (context / "Dockerfile").write_text("FROM harness-sandbox:latest\nCOPY marker.txt /opt/marker.txt\n")
     (context / "marker.txt").write_text("built on the server\n")
-    image = f"harness-test/served-build:{secrets.token_hex(4)}"
+    image = f"harness-task/served-build:{secrets.token_hex(8)}"  # as `tasks.suite.image_tag` names it
+    served = built_as(context)
     (docker_server,) = fleet(backend="docker", space=False)
     bwrap_server = fleet()[-1]
     try:
@@ -608,11 +626,11 @@ def test_a_tasks_image_is_built_by_a_docker_server_and_refused_by_a_bwrap_one(
             assert sandbox.run("cat pkg/calc.py").output.startswith("def add")
         finally:
             sandbox.close()
-        assert image_exists(image)
+        assert image_exists(served) and not image_exists(image)  # named by its context, never the client
         with pytest.raises(SandboxError, match="bwrap backend cannot build images"):
             start_sandbox(remote([bwrap_server], secret_file), sample_repo, image, context)
     finally:
-        remove_image(image)
+        remove_image(served)
 
 
 def test_an_archive_whose_paths_go_through_its_links_is_refused(tmp_path: Path) -> None:
@@ -648,3 +666,269 @@ def test_an_archive_whose_paths_go_through_its_links_is_refused(tmp_path: Path) 
         _unpack(base64.b64encode(compressed.getvalue()).decode(), tmp_path / "c")
     with pytest.raises(ValueError, match="max_build_context_mb=1"):
         _unpack(archive(("big", None)) + "A" * (2 << 20), tmp_path / "d", most_mb=1)
+
+
+def _tar(*members: tuple[str, str | None]) -> str:
+    """A tar (base64) of empty files (link None), folders (a name ending in /) and symbolic links."""
+    import base64
+    import io
+    import tarfile
+
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, link in members:
+            info = tarfile.TarInfo(name)
+            if name.endswith("/"):
+                info.type = tarfile.DIRTYPE
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+            tar.addfile(info, None if info.isdir() or info.issym() else io.BytesIO(b""))
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+def test_an_archive_with_dotdot_parts_or_links_through_links_is_refused(tmp_path: Path) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2a): the chain of links of CVE-2025-4517 with `q/../` before each
+    name stepped around the check of literal prefixes and wrote as root outside the folder. A name that is
+    absolute or has a `..` part, a link target that is absolute, leaves the folder or goes through a link,
+    is refused; a tar of a folder has none of them."""
+    import tarfile
+
+    from envs.sandbox_server import _unpack
+
+    chain = [("q/", None), ("d/", None), ("a", "d"), ("q/../a/x", None)]
+    refused = {
+        "dotdot": (chain, "has a '..' part"),
+        "absolute": ([("/etc/x", None)], "absolute"),
+        "absolute target": ([("l", "/etc")], "absolute"),
+        "target leaves": ([("p/l", "../../etc")], "leaves the folder"),
+        "target through a link": ([("a", "d/e"), ("escape", "a/../../..")], "goes through the link a"),
+    }
+    for i, (members, match) in enumerate(refused.values()):
+        with pytest.raises(tarfile.TarError, match=match):
+            _unpack(_tar(*members), tmp_path / f"r{i}")
+    _unpack(_tar(("pkg/link", "../README"), ("README", None), ("bin/py", "../pkg/link")), tmp_path / "ok")
+    assert (tmp_path / "ok" / "bin" / "py").is_symlink()
+
+
+def test_a_client_never_names_the_image_another_client_runs_and_a_server_never_pulls(
+    fleet: Callable[..., list[Server]], secret_file: Path, tmp_path: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2e, 2f, 2o): client B, asking for image N built from its own
+    context, got client A's image built under N; a client built a plain image named as another's
+    environment (`harness-env:KEY`), which that environment then ran in; an image named with a registry
+    on the host's loopback had Docker pull from it. A server names what it builds by the context's hash,
+    refuses its own names and registries, and starts no image it does not hold."""
+    require_backend("docker")
+    (server,) = fleet(backend="docker", space=False)
+    config = remote([server], secret_file)
+    name = f"harness-test/poison:{secrets.token_hex(4)}"
+    contexts = []
+    for who in ("a", "b"):
+        context = tmp_path / who
+        context.mkdir()
+        (context / "Dockerfile").write_text(
+            f"FROM harness-sandbox:latest\nUSER root\nRUN echo {who} > /opt/who\n"
+        )
+        contexts.append(context)
+    try:
+        for who, context in zip("ab", contexts, strict=True):
+            sandbox = start_sandbox(config, None, name, context)
+            try:
+                assert sandbox.run("cat /opt/who").output == f"{who}\n"
+            finally:
+                sandbox.close()
+        assert not image_exists(name)
+        refused = {
+            "harness-env:0123456789abcdef": "are the server's own",
+            "harness-served/abc": "are the server's own",
+            "127.0.0.1:5000/internal/thing:latest": "names a registry",
+            "localhost/x": "names a registry",
+            "dir:/tmp/x": "names a registry",
+            "docker-daemon:harness-sandbox:latest": "is not an image's name",
+            f"harness-test/absent:{secrets.token_hex(4)}": "not on this server",
+        }
+        for image, match in refused.items():
+            with pytest.raises(SandboxError, match=match):
+                start_sandbox(config, None, image, contexts[0] if image.startswith("harness-env") else None)
+    finally:
+        for context in contexts:
+            remove_image(built_as(context))
+    assert free(server, secret_file) == 2
+
+
+def test_a_build_context_that_would_have_the_engine_fetch_is_refused(
+    fleet: Callable[..., list[Server]], secret_file: Path, tmp_path: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2g): `ADD http://127.0.0.1:P/...` was fetched by dockerd from
+    the host's loopback during a server's build. An ADD of a URL or git repository (continuation lines
+    joined, ONBUILD's too), a `# syntax=` directive, and a base the server does not hold are refused."""
+    from envs.sandbox_server import buildable_context
+
+    refused = {
+        "FROM harness-sandbox:latest\nADD http://127.0.0.1:1/secret /x\n": "ADD of a URL",
+        "FROM harness-sandbox:latest\nADD --chown=1:1 \\\n  HTTP://10.0.0.1/s \\\n  /x\n": "ADD of a URL",
+        'FROM harness-sandbox:latest\nONBUILD ADD ["https://h/s", "/x"]\n': "ADD of a URL",
+        "FROM harness-sandbox:latest\nADD git@github.com:a/b.git /x\n": "git repository",
+        "# syntax=docker/dockerfile:1\nFROM harness-sandbox:latest\n": "parser directive",
+        "FROM 127.0.0.1:1/evil:latest\n": "not on this server",
+        "FROM oci-archive:/etc/passwd\n": "builds from named images",
+        "ARG B=x\nFROM $B\n": "builds from named images",
+        "FROM harness-sandbox:latest\nCOPY --from=127.0.0.1:1/evil / /x\n": "not on this server",
+    }
+    for i, (dockerfile, match) in enumerate(refused.items()):
+        context = tmp_path / f"c{i}"
+        context.mkdir()
+        (context / "Dockerfile").write_text(dockerfile)
+        with pytest.raises(ValueError, match=match):
+            buildable_context(context, lambda image: image == "harness-sandbox:latest")
+    ok = "FROM harness-sandbox:latest AS base\nFROM base\nCOPY --from=base /etc/hostname /x\nADD a.tar /y\n"
+    (tmp_path / "Dockerfile").write_text(ok)
+    buildable_context(tmp_path, lambda image: image == "harness-sandbox:latest")
+    require_backend("docker")
+    (server,) = fleet(backend="docker", space=False)
+    with pytest.raises(SandboxError, match="ADD of a URL"):
+        start_sandbox(remote([server], secret_file), None, "harness-test/fetch:1", tmp_path / "c0")
+
+
+def test_a_requirement_is_never_a_file_and_pip_builds_nothing_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2n): a requirement naming an archive (`rt2local-1.0.tar.gz`)
+    that lay in the server's working folder had pip run its setup.py as root, `build_sdists` off. A
+    requirement is parsed (PEP 508) and must name a project of the index; pip runs from an empty folder of
+    its own, and takes wheels only (`--only-binary :all:` on its command line) unless the server says."""
+    from envs import task_env
+
+    for line in ("rt2local-1.0.tar.gz", "x.whl", "evil @ file:///tmp/x", "-e .", "a/b", "pkg.zip"):
+        with pytest.raises(ValueError, match="is not a requirement of the package index"):
+            buildable(Environment(requirements=[line]))
+    buildable(Environment(requirements=["tinydep>=1.0", "zope.interface[test]~=6.0; os_name == 'posix'"]))
+    ran: list[tuple[list[str], str]] = []
+
+    def run(command: list[str], **kwargs: object) -> subprocess.CompletedProcess[str]:
+        ran.append((command, str(kwargs.get("cwd"))))
+        assert not os.listdir(str(kwargs["cwd"]))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(task_env.subprocess, "run", run)
+    monkeypatch.setattr(task_env, "harness_cache", lambda: tmp_path)
+    monkeypatch.chdir(tmp_path)
+    for only in (True, False):
+        monkeypatch.setattr(task_env, "only_binary", only)
+        task_env.fetch_wheels(["tinydep"], quiet=True)
+        command, cwd = ran[-1]
+        assert cwd != str(tmp_path) and ("--only-binary" in command) is only, command
+        assert (
+            command[command.index("wheel") + 1 : command.index("wheel") + 3] == ["--only-binary", ":all:"]
+            or not only
+        )
+
+
+def test_a_tiny_cpu_quota_is_refused_not_read_as_no_limit(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2k): `cpus=1e-9` rounded to a quota of 0, which cgroups (bwrap)
+    and Docker read as no limit at all. The least a sandbox asks is 0.01 of a core, which each backend
+    turns into a positive quota."""
+    from pydantic import ValidationError
+
+    for cpus in (1e-9, 0.0099, float("nan")):
+        with pytest.raises(ValidationError, match="cpus"):
+            SandboxConfig(cpus=cpus)
+    least = SandboxConfig(cpus=0.01).cpus
+    assert int(least * 1e9) > 0 and int(least * 100_000) >= 1000  # Docker's nano_cpus, cgroups' cpu.max
+    (server,) = fleet()
+    with pytest.raises(SandboxError, match="cpus"):
+        start_sandbox(remote([server], secret_file).model_copy(update={"cpus": 1e-9}))
+    assert free(server, secret_file) == 2
+
+
+def test_a_sandbox_dies_at_its_expiry_however_its_client_keeps_its_stream_busy(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2c): a client that kept two pings always in flight kept its
+    sandbox past `expiry_s`, checked only when the control stream idled. It is checked on every request,
+    and a timer destroys the sandbox at its expiry whatever its stream does."""
+    (server,) = fleet(heartbeat=5.0)
+    control = ExecutorChannel(TcpDialer(server.address, remote_backend.CONTROL, read_secret(secret_file)))
+    control.accept(5, lambda: True, lambda: server.address)
+    reply = control.call({"op": "start", "settings": {"expiry_s": 2.0}, "source": None, "recipe": {}}, 60)
+    assert reply["ok"], reply
+    began, stop, answers = time.monotonic(), threading.Event(), []
+
+    def busy() -> None:
+        try:
+            control.send({"op": "ping"}, 5)
+            while not stop.is_set():
+                control.send({"op": "alive"}, 5)
+                answers.append(control.receive(5))
+        except (SandboxError, OSError):
+            pass
+
+    thread = threading.Thread(target=busy, daemon=True)
+    thread.start()
+    try:
+        while free(server, secret_file) < 2:
+            assert time.monotonic() - began < 6, "the sandbox outlived its expiry_s=2"
+            time.sleep(0.2)
+    finally:
+        stop.set()
+        thread.join(10)
+        control.close()
+    assert answers and time.monotonic() - began >= 1.5
+
+
+def test_a_build_ends_by_maxima_build_s_and_so_does_a_wait_for_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2h): a build held its place of the server's capacity forever
+    after its client left. Each build step (pip, the engine's image builds) is stopped by `maxima.build_s`
+    and the start refused; a start waiting for another's build of the same environment waits as long."""
+    from envs import task_env
+    from envs.python_env import EnvBuildError
+    from envs.sandbox_server import SandboxServer, ServerConfig
+    from envs.task_env import build_deadline, env_key, fetch_wheels
+
+    silent = socket.create_server(("127.0.0.1", 0))  # a package index that never answers
+    monkeypatch.setenv("PIP_INDEX_URL", f"http://127.0.0.1:{silent.getsockname()[1]}/simple")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    began = time.monotonic()
+    with build_deadline(2.0), pytest.raises(EnvBuildError, match="did not end within"):
+        fetch_wheels(["tinydep-never-there"], quiet=True)
+    assert time.monotonic() - began < 10
+    secret = tmp_path / "secret"
+    secret.write_text(secrets.token_hex(32))
+    secret.chmod(0o600)
+    config = ServerConfig(listen="127.0.0.1:0", secret_file=secret, maxima=ServerMaxima(build_s=1.0))
+    monkeypatch.setattr(task_env, "only_binary", task_env.only_binary)  # the server sets it
+    server = SandboxServer(config.model_copy(update={"sandbox": SandboxConfig(backend="bwrap")}), b"s" * 32)
+    try:
+        environment = Environment(requirements=["tinydep"])
+        server._building[env_key(environment, "img")] = held = threading.Lock()
+        held.acquire()  # another start's build that does not end
+        began = time.monotonic()
+        with pytest.raises(SandboxError, match=r"outlasted maxima\.build_s"):
+            server._environment(environment, "img", None)
+        assert 0.9 < time.monotonic() - began < 5
+    finally:
+        server.close()
+        silent.close()
+
+
+def test_a_source_larger_than_max_source_mb_is_refused(
+    fleet: Callable[..., list[Server]], secret_file: Path, tmp_path: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2d): a 150 MiB source was read whole into the server's memory.
+    A source tree's tar above `max_source_mb` is refused before it is decoded; one below it is served."""
+    (server,) = fleet(options=("max_source_mb=1",))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "big.bin").write_bytes(os.urandom(2 << 20))
+    with pytest.raises(SandboxError, match="larger than this server's max_source_mb=1"):
+        start_sandbox(remote([server], secret_file), repo)
+    (repo / "big.bin").write_bytes(os.urandom(1 << 19))
+    sandbox = start_sandbox(remote([server], secret_file), repo)
+    try:
+        assert sandbox.run("wc -c < big.bin").output.strip() == str(1 << 19)
+    finally:
+        sandbox.close()

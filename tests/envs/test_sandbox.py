@@ -3,14 +3,19 @@ tests/envs/fake_backend.py), and the closed defaults every sandbox starts with."
 
 from __future__ import annotations
 
+import mmap
 import os
+import shutil
+import socket
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from envs.executor import settle
+from envs.channel import UnixListener
+from envs.executor import Marks, Opened, copy_tree, restore_changed, settle, walk_marks
 from envs.host_paths import readable_source
 from envs.remote import ExecutorSandbox
 from envs.sandbox import BACKENDS as TABLE
@@ -332,6 +337,85 @@ def test_a_write_right_after_a_reset_is_undone_by_the_next(sandbox: ExecutorSand
     assert sandbox.run(SNAPSHOT).output == start
 
 
+MMAP_WRITE = """python3 -c '
+import mmap, os
+fd = os.open("pkg/calc.py", os.O_RDWR)
+page = mmap.mmap(fd, 0)
+page[:] = page[:].replace(b"a + b", b"a * b")  # read first: the read maps the page writable, no write fault
+page.close()
+os.close(fd)
+'"""
+
+
+def test_a_reset_restores_a_file_written_through_a_shared_mapping(sandbox: ExecutorSandbox) -> None:
+    """Red team (docs/reliability.md 5j): a write through mmap kept the file's inode and, on tmpfs, its
+    change time, so a reset left it as the agent made it and the next episode found it. A reset compares
+    every file a process opened since the last one with its pristine copy."""
+    original = sandbox.read_file("pkg/calc.py")
+    written = sandbox.run(MMAP_WRITE)
+    assert written.exit_code == 0, written.output
+    assert sandbox.read_file("pkg/calc.py") == original.replace(b"a + b", b"a * b")
+    sandbox.reset()
+    assert sandbox.read_file("pkg/calc.py") == original
+    for _ in range(2):  # and again, from a file the last reset left alone, and from one it copied back
+        assert sandbox.run(MMAP_WRITE).exit_code == 0
+        sandbox.reset()
+        assert sandbox.read_file("pkg/calc.py") == original
+
+
+def test_a_reset_compares_every_file_where_the_opened_ones_are_not_known(tmp_path: Path) -> None:
+    """Where inotify is not to be had (or its queue overflowed) a reset compares every file: a write
+    through a mapping that the marks alone miss is found either way."""
+    shm = Path(tempfile.mkdtemp(dir="/dev/shm"))  # tmpfs, as a sandbox's /repo
+    try:
+        pristine, work = tmp_path / "pristine", shm / "work"
+        (pristine / "pkg").mkdir(parents=True)
+        (pristine / "pkg" / "calc.py").write_bytes(b"return a + b\n")
+        big = bytes(range(256)) * (3 << 12)  # 3 MiB: read in more than one piece
+        (pristine / "big.bin").write_bytes(big)
+        for opened, restored in (({}, False), ({"pkg": {"calc.py"}, "": {"big.bin"}}, True), (None, True)):
+            shutil.rmtree(work, ignore_errors=True)
+            work.mkdir()
+            copy_tree(str(pristine), str(work))
+            marks: Marks = {}
+            walk_marks(str(work), "", marks)
+            with open(work / "pkg" / "calc.py", "r+b") as f, mmap.mmap(f.fileno(), 0) as page:
+                page[:] = page[:].replace(b"a + b", b"a * b")
+            with open(work / "big.bin", "r+b") as f, mmap.mmap(f.fileno(), 0) as page:
+                page[-1] = page[-1] ^ 1  # the last byte
+            restore_changed(str(work), str(pristine), marks, opened)
+            assert ((work / "pkg" / "calc.py").read_bytes() == b"return a + b\n") == restored, opened
+            assert ((work / "big.bin").read_bytes() == big) == restored, opened
+    finally:
+        shutil.rmtree(shm)
+
+
+def test_the_opened_files_are_told_by_folder_and_a_folder_put_back_is_watched_again(tmp_path: Path) -> None:
+    """What a reset compares: every file opened in a folder of the start tree, by any process, read-only
+    or not, also in a folder that a reset copied back (a new inode, maybe with the old one's number)."""
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("a\n")
+    (tmp_path / "top.py").write_text("top\n")
+    marks: Marks = {}
+    walk_marks(str(tmp_path), "", marks)
+    opened = Opened()
+    opened.watch(str(tmp_path), marks)
+    assert opened.take() == {}
+    (tmp_path / "pkg" / "a.py").read_bytes()
+    with open(tmp_path / "top.py", "r+b"):
+        pass
+    assert opened.take() == {"pkg": {"a.py"}, "": {"top.py"}}
+    shutil.rmtree(tmp_path / "pkg")
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("a\n")
+    marks = {}
+    walk_marks(str(tmp_path), "", marks)
+    opened.watch(str(tmp_path), marks)
+    opened.take()
+    (tmp_path / "pkg" / "a.py").read_bytes()
+    assert opened.take() == {"pkg": {"a.py"}}
+
+
 def test_settle_waits_until_a_new_write_gets_a_later_change_time(tmp_path: Path) -> None:
     """On kernels whose change times tick coarsely, a reset waits out its own tick (on this one, with
     fine-grained times, the write-after-reset test passes without the wait)."""
@@ -439,6 +523,62 @@ def test_host_processes_and_files_are_out_of_sight(sandbox: ExecutorSandbox, tmp
     ):
         result = sandbox.run(["cat", path])
         assert result.exit_code != 0, f"{path} is readable in the sandbox: {result.output[:200]}"
+
+
+OTHER_HOST_USER = 65534
+"""A host user that is neither the harness's nor any sandbox's (nobody)."""
+
+
+def connect_as(uid: int, path: Path) -> str:
+    """What `connect` to the socket at `path` gave a process of host user `uid`: "connected" or the error."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child only makes system calls, then leaves without Python's cleanup
+        outcome = "connected"
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).connect(str(path))
+        except OSError as e:
+            outcome = type(e).__name__
+        os.write(write, outcome.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as answer:
+        return answer.read().decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another host user")
+def test_no_other_host_user_nor_impostor_takes_a_starting_sandbox_socket(
+    make_sandbox: MakeSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Red team (docs/reliability.md 5j): a host user who watched the state folder connected to a new
+    sandbox's socket before its executor and answered every command ("42 passed"). The socket's folder is
+    the harness's (or the bwrap sandbox's host user's) alone, so another user cannot reach it; a process
+    that can (root here) is hung up on, since it is not the sandbox's executor (SO_PEERCRED); the sandbox
+    works."""
+    seen: dict[str, object] = {}
+    start = ExecutorSandbox.start
+
+    def start_with_intruders(sandbox: ExecutorSandbox) -> None:
+        listener = sandbox.channel.transport
+        assert isinstance(listener, UnixListener)
+        seen["other user"] = connect_as(OTHER_HOST_USER, listener.path)
+        impostor = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        impostor.connect(str(listener.path))  # before the executor, most likely: it starts a Python first
+        impostor.sendall(b'{"ok": true, "hello": 1}\n')
+        start(sandbox)
+        impostor.settimeout(5)
+        try:
+            seen["impostor asked"] = impostor.recv(100)
+        except ConnectionResetError:
+            seen["impostor asked"] = b""
+
+    monkeypatch.setattr(ExecutorSandbox, "start", start_with_intruders)
+    sandbox = make_sandbox()
+    assert seen == {"other user": "PermissionError", "impostor asked": b""}
+    assert sandbox.run("echo the executor").output == "the executor\n"
 
 
 def test_clearing_a_folder_spares_what_is_mounted_inside_it(tmp_path: Path) -> None:

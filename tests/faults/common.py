@@ -78,7 +78,7 @@ def leftovers(state_dir: Path, docker_client: Any | None = None) -> dict[str, li
             found["processes"].append(" ".join(cmdline))
     for run in runs:
         found["control groups"] += [str(p) for p in CGROUP_ROOT.glob(f"*/harness/{run}--*")]
-        found["sockets"] += [str(p) for p in (state_dir / run).glob("*.sock")]
+        found["sockets"] += [str(p) for p in (state_dir / run).glob("*/sock")]
     if docker_client is not None:
         for container in docker_client.containers.list(all=True, filters={"label": "harness.run"}):
             found["containers"].append(f"{container.name} {container.status}")

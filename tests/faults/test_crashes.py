@@ -130,7 +130,7 @@ def pause(proc: Forked, seconds: float) -> None:
 
 def sandbox_started(state_dir: Path, pid: int) -> Callable[[], bool]:
     """True once the process with `pid` has an executor socket: a sandbox of its own is up."""
-    return lambda: any(state_dir.glob(f"r{pid}-*/*.sock"))
+    return lambda: any(state_dir.glob(f"r{pid}-*/*/sock"))
 
 
 def line_count(path: Path) -> int:
