@@ -139,8 +139,11 @@ def peer_of(sock: socket.socket) -> Peer:
 class ExecutorChannel:
     """Sends requests to the executor and reads its answers, one JSON line each, over a `Transport`."""
 
-    def __init__(self, transport: Transport) -> None:
+    def __init__(self, transport: Transport, max_line: int | None = None) -> None:
         self.transport = transport
+        self.max_line = max_line
+        """Longest line the peer may send, in bytes (None: any; a copy-out's reply can be hundreds of MB).
+        A sandbox server bounds its clients' requests with it."""
         self._sock: Stream | None = None
         self._buffer = bytearray()  # grows in place: a reply of a copy-out can be hundreds of megabytes
 
@@ -195,6 +198,9 @@ class ExecutorChannel:
                 self.close()
                 raise SandboxUnusable("the executor exited (the sandbox died or was killed)")
             self._buffer += chunk
+            if self.max_line is not None and len(self._buffer) > self.max_line:
+                self.close()
+                raise SandboxUnusable(f"a line longer than {self.max_line} bytes")
         line = self._buffer[:end]
         del self._buffer[: end + 1]
         reply: dict[str, Any] = json.loads(line)

@@ -14,6 +14,7 @@ or not removed) is removed as soon as the daemon answers again, and at exit.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import tarfile
 import tempfile
@@ -170,6 +171,19 @@ def start_docker(config: SandboxConfig, source_dir: Path | None, image: str | No
             pause = min(2 * pause, 5.0)
 
 
+def _create_and_start(docker_client: docker.DockerClient, image: str, **settings: Any) -> Any:
+    """A started container of `image`, which the daemon must hold: `containers.run` would pull a missing
+    image from a registry (the red team's `127.0.0.1:PORT/x` reached the host's loopback that way)."""
+    container = docker_client.containers.create(image, **settings)
+    try:
+        container.start()
+    except BaseException:
+        with contextlib.suppress(docker.errors.DockerException, requests.exceptions.RequestException):
+            container.remove(force=True)
+        raise
+    return container
+
+
 def _start_container(
     config: SandboxConfig, owner: Owner, source: Path | None, image: str | None
 ) -> ExecutorSandbox:
@@ -178,11 +192,11 @@ def _start_container(
     listener = UnixListener(config.state_dir / owner.run_id / sandbox_id)
     volumes, command = _mounts(listener.path, source, f"{owner.run_id}/{sandbox_id}")
     try:
-        container = client(config.docker_timeout_s).containers.run(
+        container = _create_and_start(
+            client(config.docker_timeout_s),
             image or config.image,
             entrypoint=ENTRYPOINT,
             command=command,
-            detach=True,
             name=name,
             labels={**owner.labels(), "harness.sandbox": sandbox_id},
             network_mode="none",
@@ -257,7 +271,10 @@ def image_exists(tag: str) -> bool:
 
 def ensure_image(tag: str, context: Path, timeout_s: float = BUILD_TIMEOUT_S) -> None:
     """Builds `tag` from `context`/Dockerfile unless the daemon has it; offline: no network, no pulls."""
-    with _BUILD_LOCK:  # two sandboxes of one task must not build its image twice at once
+    deadline = time.monotonic() + timeout_s
+    if not _BUILD_LOCK.acquire(timeout=timeout_s):  # two sandboxes of one task must not build it twice
+        raise SandboxError(f"building image {tag}: another build held Docker's builds for {timeout_s:.0f}s")
+    try:
         if image_exists(tag):
             return
         log: list[str] = []
@@ -272,7 +289,9 @@ def ensure_image(tag: str, context: Path, timeout_s: float = BUILD_TIMEOUT_S) ->
                 decode=True,
                 timeout=timeout_s,
             )
-            for chunk in stream:
+            for chunk in stream:  # the SDK's timeout is per read: a build that keeps printing needs this
+                if time.monotonic() > deadline:
+                    raise SandboxError(f"building image {tag} outlasted its {timeout_s:.0f}s")
                 log.append(str(chunk.get("stream", "")))
                 if "error" in chunk:
                     tail = "".join(log).strip()[-1500:]
@@ -281,6 +300,8 @@ def ensure_image(tag: str, context: Path, timeout_s: float = BUILD_TIMEOUT_S) ->
                     )
         except (docker.errors.DockerException, requests.exceptions.RequestException) as e:
             raise SandboxError(f"building image {tag} from {context}/Dockerfile failed: {e}") from e
+    finally:
+        _BUILD_LOCK.release()
 
 
 def export_folder(tag: str, path: str, dest: Path) -> None:

@@ -68,6 +68,9 @@ class ServerMaxima(BaseModel):
     """Largest /tmp (`tmp_mb`)."""
     expiry_s: float = Field(default=24 * 3600.0, gt=0)
     """Longest wall time of one sandbox (`expiry_s`): the server destroys it then, whatever runs in it."""
+    start_timeout_s: float = Field(default=600.0, gt=0)
+    """Longest a client may let its sandbox's start take (`start_timeout_s`); 1e300 ended the control
+    stream with an OverflowError (red team 2, 2l)."""
     build_s: float = Field(default=1800.0, gt=0)
     """Longest a start may spend building its image and environment (pip's downloads included), or waiting
     for another start's build of the same one: each build step is stopped then, and the start refused."""
@@ -343,6 +346,12 @@ class SandboxServer:
             served = self._pending.get(name)
         return served.secret if served is not None else None
 
+    def max_request(self) -> int:
+        """Longest request line a client may send, in bytes: a source and a build context at their caps,
+        base64-encoded (4/3), and 1 MB for the rest of the request."""
+        tars = (self.config.max_source_mb + self.config.max_build_context_mb) << 20
+        return tars * 4 // 3 + (1 << 20)
+
     def _connection(self, sock: socket.socket) -> None:
         try:
             name, key = server_handshake(sock, self._secret_of)
@@ -352,7 +361,7 @@ class SandboxServer:
             return
         stream = Sealed(sock, key, dialer=False)
         if name == CONTROL:
-            self._control(ExecutorChannel(_Opened(stream)), key)
+            self._control(ExecutorChannel(_Opened(stream), self.max_request()), key)
         else:
             self._relay(stream, name)
 

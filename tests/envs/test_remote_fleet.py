@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import psutil
 import pytest
 
 from envs import backends, remote_backend
@@ -932,3 +933,23 @@ def test_a_source_larger_than_max_source_mb_is_refused(
         assert sandbox.run("wc -c < big.bin").output.strip() == str(1 << 19)
     finally:
         sandbox.close()
+
+
+def test_a_request_line_longer_than_the_servers_caps_ends_its_connection(
+    fleet: Callable[..., list[Server]], secret_file: Path
+) -> None:
+    """Red team 2 (docs/reliability.md 5j, 2d): 400 MiB without a newline grew the server by 400 MB. A line
+    longer than a source and a build context at their caps (base64) ends the client's connection, and the
+    server serves the next client."""
+    (server,) = fleet(options=("max_source_mb=1", "max_build_context_mb=1"))
+    secret = read_secret(secret_file)
+    control = ExecutorChannel(TcpDialer(server.address, remote_backend.CONTROL, secret))
+    control.accept(10, lambda: True, lambda: server.address)
+    assert control._sock is not None
+    rss = psutil.Process(server.proc.pid).memory_info().rss
+    with pytest.raises(OSError):  # the server hangs up once the line passes 1 + 1 MB of tars, base64
+        for _ in range(64):
+            control._sock.sendall(b"x" * (1 << 20))
+            time.sleep(0.01)
+    assert psutil.Process(server.proc.pid).memory_info().rss - rss < 32 << 20
+    assert free(server, secret_file) == 2
