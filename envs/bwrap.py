@@ -276,9 +276,12 @@ def _bwrap_args(
         "/etc/group",
     ]
     # The kernel's settings in /proc/sys are the host's own (core_pattern runs a program as root), and
-    # /dev is read-only but for a size-capped /dev/shm that reset empties.
+    # /dev is read-only but for a size-capped /dev/shm and the sandbox's own POSIX message queues in
+    # /dev/mqueue, which reset empties (without that mount a queue outlived the reset: the red team's
+    # `mq_open("/leak")`, docs/reliability.md 5j).
     args += ["--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys", "--dev", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/dev/shm"]
+    args += ["--mqueue", "/dev/mqueue"]
     args += ["--remount-ro", "/dev"]
     args += ["--size", str(config.tmp_mb << 20), "--perms", "1777", "--tmpfs", "/tmp"]
     args += ["--size", str(config.disk_mb << 20), "--perms", "0755", "--tmpfs", WORKDIR]

@@ -275,6 +275,9 @@ class Executor:
         """Each entry of the workdir as the last populate left it equal to the pristine copy."""
         self.opened = Opened()
         self.originals = Originals(pristine or "")
+        self.starts = {p: os.lstat(p) for p in (workdir, *SCRATCH) if os.path.isdir(p)}
+        """The workdir's and the scratch folders' own mode and times as the sandbox started."""
+        self.scheduling = scheduling()
         self.differing: dict[str, set[str]] | None = {}
         """Opened files found to differ from their pristine copies after the commands that opened them
         (None: any file may), by folder, for the next reset to put back."""
@@ -369,6 +372,11 @@ class Executor:
         """Makes the workdir equal to the pristine copy: whole the first time, then only the entries
         changed since (`restore_changed`), so that a reset costs a walk of the tree, not a copy of it."""
         pristine = self.pristine if self.pristine and os.path.isdir(self.pristine) else None
+        pristine_st = os.lstat(pristine) if pristine else None
+        if self.workdir not in self.starts:  # the first populate, before any command ran
+            os.makedirs(self.workdir, exist_ok=True)
+            self.starts[self.workdir] = os.lstat(self.workdir)
+        restore_meta(self.workdir, self.starts[self.workdir], pristine)
         marks, self.marks = self.marks, None
         newest = 0
         opened, differing, self.differing = self.opened.take(), self.differing, {}
@@ -391,6 +399,7 @@ class Executor:
                 newest = walk_marks(self.workdir, "", self.marks)
         if newest:  # 0 when nothing was restored: every mark is then older than the last settle
             settle(self.workdir, newest)
+        restore_times(self.workdir, pristine_st or self.starts[self.workdir])
         if self.marks is not None:
             self.opened.watch(self.workdir, self.marks)
         self.opened.take()  # the reset's own copies: no other process runs
@@ -417,10 +426,13 @@ class Executor:
     def reset(self, req: dict) -> dict:
         clean = kill_all(float(req.get("grace", 0.5)))
         reap()
-        self.populate()
-        for extra in req.get("clear", []):
-            if os.path.isdir(extra):  # /dev/mqueue exists on Docker only
+        restore_scheduling(self.scheduling)
+        for extra in req.get("clear", []):  # before the workdir: a link here to it is never followed
+            if os.path.isdir(extra):
+                restore_meta(extra, self.starts.get(extra), None)
                 clear_dir(extra)
+                restore_times(extra, self.starts.get(extra))
+        self.populate()
         remove_ipc()
         return {"ok": True, "clean": clean}
 
@@ -450,6 +462,100 @@ class Executor:
         finally:
             if op != "exec":  # the executor's own opens (a copy-out reads every file) need no compare
                 self.opened.forget()
+
+
+IOPRIO_CALLS = {"x86_64": (251, 252), "aarch64": (30, 31)}
+"""Machine -> the numbers of ioprio_set and ioprio_get (the standard library has neither)."""
+IOPRIO_WHO_PROCESS = 1
+
+
+def _ioprio(value: int | None = None) -> int | None:
+    """The executor's I/O priority, set to `value` first where one is given; None where not to be had."""
+    calls = IOPRIO_CALLS.get(os.uname().machine)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return None
+    if calls is None:
+        return None
+    if value is not None and libc.syscall(calls[0], IOPRIO_WHO_PROCESS, 0, value) < 0:
+        return None
+    got = libc.syscall(calls[1], IOPRIO_WHO_PROCESS, 0)
+    return None if got < 0 else got
+
+
+def scheduling() -> tuple:
+    """The executor's nice value, CPU affinity, scheduling policy and I/O priority."""
+    return (
+        os.getpriority(os.PRIO_PROCESS, 0),
+        frozenset(os.sched_getaffinity(0)),
+        os.sched_getscheduler(0),
+        _ioprio(),
+    )
+
+
+def restore_scheduling(start: tuple) -> None:
+    """Puts back the executor's scheduling as it started, and raises where it cannot (a reset that fails
+    replaces the sandbox). The agent's processes have the executor's uid: the red team (docs/reliability.md
+    5j, B8) raised PID 1's nice value, pinned it to one CPU, gave it the idle policy and I/O class, and the
+    next episode's commands inherited them. Without privileges a process can widen its affinity and set its
+    I/O priority again, but not lower its nice value nor leave the idle policy."""
+    nice, cpus, policy, ioprio = start
+    if scheduling() == start:
+        return
+    for put_back in (
+        lambda: os.sched_setaffinity(0, cpus),
+        lambda: os.sched_setscheduler(0, policy, os.sched_param(0)),
+        lambda: os.setpriority(os.PRIO_PROCESS, 0, nice),
+        lambda: ioprio is not None and _ioprio(ioprio),
+    ):
+        try:
+            put_back()
+        except OSError:
+            pass
+    if (now := scheduling()) != start:
+        raise OSError(
+            errno.EPERM, f"the executor's scheduling {now} was changed from {start}: a fresh sandbox"
+        )
+
+
+SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
+"""The scratch folders a reset may be asked to clear (envs/remote.py's SCRATCH), whose start is recorded."""
+
+
+def restore_meta(path: str, start: os.stat_result | None, pristine: str | None) -> None:
+    """Puts back a folder's own mode (as `start` had it; 1777 for a scratch folder not seen at the start)
+    and removes the extended attributes `pristine` has not (all of them without one). First, so that a
+    folder made read-only is emptied again; `restore_times`, last, sets its times. The red team
+    (docs/reliability.md 5j) changed /repo's and /tmp's mode, times and attributes, which each reset left
+    for the next episode. A folder of another owner (root's /tmp on Docker) the agent cannot change."""
+    if os.lstat(path).st_uid != os.geteuid():
+        return
+    mode = stat.S_IMODE(start.st_mode) if start else 0o1777
+    keep = set(_xattrs(pristine)) if pristine else set()
+    for name in _xattrs(path):
+        if name not in keep:
+            os.chmod(path, mode | stat.S_IWUSR)  # writing an attribute needs the folder writable
+            os.removexattr(path, name, follow_symlinks=False)
+    if stat.S_IMODE(os.lstat(path).st_mode) != mode:  # after the attributes: an ACL's removal sets it
+        os.chmod(path, mode)
+
+
+def restore_times(path: str, start: os.stat_result | None) -> None:
+    """Puts back a folder's times as `start` had them: last, as what a reset changes in it sets them."""
+    if start is not None and os.lstat(path).st_uid == os.geteuid():
+        os.utime(path, ns=(start.st_atime_ns, start.st_mtime_ns), follow_symlinks=False)
+
+
+def _xattrs(path: str) -> list[str]:
+    try:
+        return os.listxattr(path, follow_symlinks=False)
+    except OSError as e:
+        if e.errno in (errno.ENOTSUP, errno.ENOSYS):  # a file system without them
+            return []
+        raise
 
 
 IPC_RMID = 0
@@ -489,7 +595,8 @@ def mount_points() -> set[str]:
 
 def clear_dir(path: str, mounts: set[str] | None = None) -> None:
     """Empties a folder, leaving alone what the sandbox mounted into it (the harness's Python may
-    live under /tmp on the host, bound read-only at the same path)."""
+    live under /tmp on the host, bound read-only at the same path). Raises when anything else is left:
+    a reset that fails replaces the sandbox, one that leaves files leaks them to the next episode."""
     if not os.path.isdir(path):
         os.makedirs(path, exist_ok=True)
         return
@@ -501,16 +608,10 @@ def clear_dir(path: str, mounts: set[str] | None = None) -> None:
         if any(m.startswith(full + "/") for m in mounts):
             clear_dir(full, mounts)
             continue
-        if os.path.isdir(full) and not os.path.islink(full):
-            shutil.rmtree(full, ignore_errors=True)
-            if os.path.exists(full):  # read-only dirs made by the agent
-                for root, dirs, _ in os.walk(full):
-                    for d in dirs:
-                        os.chmod(os.path.join(root, d), 0o700)
-                os.chmod(full, 0o700)
-                shutil.rmtree(full, ignore_errors=True)
-        else:
-            os.unlink(full)
+        _remove(full)
+    left = [n for n in os.listdir(path) if not any(f"{m}/".startswith(f"{path}/{n}/") for m in mounts)]
+    if left:
+        raise OSError(errno.ENOTEMPTY, f"could not clear {path}: {sorted(left)[:5]} left")
 
 
 Mark = tuple[int, int, bool]
@@ -788,14 +889,47 @@ def _restore(root: str, pristine: str, path: str, marks: Marks) -> int:
 
 
 def _remove(path: str) -> None:
-    if os.path.isdir(path) and not os.path.islink(path):
-        for folder, dirs, _ in os.walk(path):  # read-only folders the agent made
-            for d in dirs:
-                os.chmod(os.path.join(folder, d), 0o700, follow_symlinks=False)
-        os.chmod(path, 0o700)
-        shutil.rmtree(path)
+    """Removes a file, a link (never what it points to) or a folder with all it holds."""
+    if stat.S_ISDIR(os.lstat(path).st_mode):
+        remove_tree(path)
     else:
         os.unlink(path)
+
+
+def remove_tree(path: str) -> None:
+    """Removes a folder (not a link to one) and all it holds, however deep, without recursion, and opens
+    up (u+rwx) each folder the agent closed (mode 000) before it reads it. Every folder a folder holds is
+    first moved beside `path` under a free name, so no path grows past one name under `path`'s parent (the
+    red team's 3,000 nested folders, docs/reliability.md 5j). A folder is told from a link by lstat and
+    only folders are chmod-ed: no process of the agent is left to swap one for a link meanwhile."""
+    parent, base = os.path.split(path)
+    parent_fd = os.open(parent or ".", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.chmod(base, 0o700, dir_fd=parent_fd)
+        pending, count = [base], 0
+        while pending:
+            folder = pending.pop()
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent_fd)
+            try:
+                with os.scandir(fd) as entries:
+                    found = [(e.name, e.is_dir(follow_symlinks=False)) for e in entries]
+                for name, is_dir in found:
+                    if not is_dir:
+                        os.unlink(name, dir_fd=fd)
+                        continue
+                    os.chmod(name, 0o700, dir_fd=fd)  # moving a folder writes its `..`
+                    while True:
+                        count += 1
+                        moved = f".harness-removing-{count}"
+                        if not os.path.lexists(os.path.join(parent, moved)):
+                            break
+                    os.rename(name, moved, src_dir_fd=fd, dst_dir_fd=parent_fd)
+                    pending.append(moved)
+            finally:
+                os.close(fd)
+            os.rmdir(folder, dir_fd=parent_fd)
+    finally:
+        os.close(parent_fd)
 
 
 def settle(root: str, newest: int) -> None:

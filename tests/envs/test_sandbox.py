@@ -170,6 +170,142 @@ def test_a_reset_removes_system_v_ipc_objects(sandbox: ExecutorSandbox) -> None:
     assert listed.output.strip() == "0"
 
 
+FOLDER_META = """python3 -c '
+import os, sys
+for path in sys.argv[1:]:
+    st = os.stat(path)
+    print(path, oct(st.st_mode & 0o7777), st.st_mtime_ns, sorted(os.listxattr(path)), os.access(path, os.W_OK))
+' """
+
+
+def test_a_reset_restores_the_repository_folders_own_mode_times_and_attributes(
+    sandbox: ExecutorSandbox,
+) -> None:
+    """Red team 3 (docs/reliability.md 5j, B1): a reset checked the entries under /repo, never /repo
+    itself, so its mode, times and extended attributes passed to the next episode."""
+    start = sandbox.run(FOLDER_META + "/repo").output
+    changed = sandbox.run(
+        "chmod 0751 /repo && touch -d @1000000 /repo && "
+        "python3 -c \"import os; os.setxattr('/repo', 'user.leak', b'EP1')\""
+    )
+    assert changed.exit_code == 0, changed.output
+    assert sandbox.run(FOLDER_META + "/repo").output != start
+    sandbox.reset()
+    assert sandbox.run(FOLDER_META + "/repo").output == start
+    sandbox.run("chmod 0555 /repo")  # and a repository folder made read-only is written again
+    sandbox.reset()
+    assert sandbox.run(FOLDER_META + "/repo").output == start
+
+
+def test_a_reset_restores_the_scratch_folders_mode_times_and_attributes(sandbox: ExecutorSandbox) -> None:
+    """Red team 3 (B2, bubblewrap): `chmod 0555 /tmp` left the next episode unable to write /tmp. (On
+    Docker /tmp and /dev/shm are root's: the agent cannot change them.)"""
+    folders = " /tmp /dev/shm"
+    start = sandbox.run(FOLDER_META + folders).output
+    assert start.count("True") == 2, start
+    sandbox.run(
+        "python3 -c \"import os; [os.setxattr(p, 'user.leak', b'EP1') for p in ('/tmp', '/dev/shm')]\"; "
+        "touch -d @2000000 /tmp /dev/shm; chmod 0555 /tmp; chmod 0511 /dev/shm"
+    )
+    sandbox.reset()
+    assert sandbox.run(FOLDER_META + folders).output == start
+    assert sandbox.run("touch /tmp/f /dev/shm/f").exit_code == 0
+
+
+def test_a_reset_removes_what_closed_nested_folders_hold(sandbox: ExecutorSandbox) -> None:
+    """Red team 3 (B5): files in nested folders of mode 000 in /tmp and /dev/shm survived a reset (the
+    clear ignored its errors and could not walk into a closed folder)."""
+    for root in ("/tmp", "/dev/shm", "/repo"):
+        made = sandbox.run(
+            f"mkdir -p {root}/a/b && echo SECRET > {root}/a/b/f && chmod 000 {root}/a/b {root}/a"
+        )
+        assert made.exit_code == 0, made.output
+    sandbox.reset()
+    found = sandbox.run(
+        "ls -a /tmp /dev/shm /repo; chmod -R u+rwx /tmp/a /dev/shm/a /repo/a; cat /tmp/a/b/f /dev/shm/a/b/f /repo/a/b/f"
+    )
+    assert "SECRET" not in found.output
+    assert sandbox.run("ls -A /dev/shm").output == ""
+
+
+def test_a_reset_never_follows_links_in_scratch_folders(sandbox: ExecutorSandbox) -> None:
+    """Red team 3 (B6): the clear of /tmp chmod-ed what links in a read-only folder there pointed to,
+    /repo/pkg made 700 after /repo had been put back."""
+    start = sandbox.run("stat -c '%n %a' /repo /repo/pkg").output
+    linked = sandbox.run(
+        "mkdir -p /tmp/a/c && ln -s /repo/pkg /tmp/a/c/s && ln -s /repo /tmp/a/c/t && chmod 500 /tmp/a/c"
+    )
+    assert linked.exit_code == 0, linked.output
+    sandbox.reset()
+    assert sandbox.run("stat -c '%n %a' /repo /repo/pkg").output == start
+
+
+@pytest.mark.parametrize("root", ["/repo", "/tmp", "/dev/shm"])
+def test_a_reset_removes_a_tree_too_deep_to_walk(sandbox: ExecutorSandbox, root: str) -> None:
+    """Red team 3 (B4): 3,000 nested folders made every reset fail with RecursionError (safe, the pool
+    replaces such a sandbox, but a waste): the removal is iterative, its paths short."""
+    made = sandbox.run(
+        f"cd {root} && python3 -c \"import os\nfor _ in range(3000): os.mkdir('d'); os.chdir('d')\n"
+        "open('SECRET', 'w').close()\"",
+        timeout=120,
+    )
+    assert made.exit_code == 0, made.output
+    sandbox.reset()
+    assert sandbox.run(f"ls -A {root} | grep -c '^d$'").output.strip() == "0"
+    assert sandbox.run("echo fine").output == "fine\n"
+
+
+MQUEUE = """python3 -c '
+import ctypes, ctypes.util, os, sys
+rt = ctypes.CDLL(ctypes.util.find_library("rt") or "librt.so.1", use_errno=True)
+rt.mq_open.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.c_uint, ctypes.c_void_p]
+print(rt.mq_open(b"/leak", os.O_RDWR | (os.O_CREAT if sys.argv[1] == "make" else 0), 0o600, None) >= 0)
+' """
+
+
+def test_a_reset_removes_posix_message_queues(sandbox: ExecutorSandbox) -> None:
+    """Red team 3 (B7, bubblewrap): a POSIX message queue survived a reset: the sandbox had no /dev/mqueue
+    for the reset to empty. Now it has its own there, as on Docker."""
+    assert sandbox.run(MQUEUE + "make").output == "True\n"
+    assert sandbox.run(MQUEUE + "open").output == "True\n"
+    sandbox.reset()
+    assert sandbox.run(MQUEUE + "open").output == "False\n"
+
+
+PID1_SCHEDULING = """python3 -c '
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if sys.argv[1] == "show":
+    print(os.getpriority(os.PRIO_PROCESS, 1), os.sched_getaffinity(1), os.sched_getscheduler(1), libc.syscall(252, 1, 1))
+elif sys.argv[1] == "pin":
+    os.sched_setaffinity(1, {min(os.sched_getaffinity(1))})
+    print(libc.syscall(251, 1, 1, 3 << 13))  # ioprio_set(IOPRIO_WHO_PROCESS, 1, the idle class)
+elif sys.argv[1] == "nice":
+    os.setpriority(os.PRIO_PROCESS, 1, 17)
+else:
+    os.sched_setscheduler(1, os.SCHED_IDLE, os.sched_param(0))
+' """
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="ioprio's syscall numbers are x86_64's")
+def test_a_reset_puts_back_the_executors_scheduling_or_fails(make_sandbox: MakeSandbox) -> None:
+    """Red team 3 (B8): the agent's processes, of the executor's uid, changed PID 1's CPU affinity, I/O
+    priority, nice value and scheduling policy, which the next episode's commands inherited. A reset puts
+    back what it can (affinity, I/O priority) and fails where it cannot: the pool replaces the sandbox."""
+    sandbox = make_sandbox()
+    start = sandbox.run(PID1_SCHEDULING + "show").output
+    pinned = sandbox.run(PID1_SCHEDULING + "pin")
+    assert pinned.output == "0\n" and sandbox.run(PID1_SCHEDULING + "show").output != start
+    sandbox.reset()
+    assert sandbox.run(PID1_SCHEDULING + "show").output == start
+    for change in ("nice", "idle"):
+        sandbox = make_sandbox()
+        changed = sandbox.run(PID1_SCHEDULING + change)
+        assert changed.exit_code == 0, changed.output
+        with pytest.raises(SandboxError, match="scheduling"):
+            sandbox.reset()
+
+
 def test_open_files_are_capped_per_process(make_sandbox: MakeSandbox) -> None:
     """Red team (docs/reliability.md 5j): 20,000 open files in each of 256 processes is more than the host's
     file table. Every backend caps a process at `open_files`."""
