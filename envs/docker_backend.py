@@ -37,9 +37,7 @@ class DockerBackend:
     ) -> ExecutorSandbox:
         if image is not None and image_build is not None:
             ensure_image(image, image_build)
-        if not image_exists(image or config.image):  # Docker would pull it from a registry
-            raise SandboxError(f"image {image or config.image!r} not found: build it with `make image`")
-        return start_docker(config, source_dir, image)
+        return start_docker(config, source_dir, image)  # creates, never pulls: a missing image is an error
 
     def has_image(self, tag: str) -> bool:
         """Whether Docker holds `tag` (nothing is pulled)."""
