@@ -35,7 +35,6 @@ from typing import Any
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field
 
-from envs import task_env
 from envs.backends import backend, resolved
 from envs.channel import ExecutorChannel, Stream
 from envs.lifecycle import current_owner, install_signal_handlers, track
@@ -309,7 +308,6 @@ class SandboxServer:
         self._backend = backend(config.sandbox.backend)
         if self._backend.name == "remote":
             raise SandboxError("a sandbox server serves a local backend, not remote")
-        task_env.only_binary = not config.build_sdists  # pip's `--only-binary :all:` in each build
         host, port = parse_address(config.listen)
         self._listener = socket.create_server((host, port), backlog=64)
         self.address = f"{host}:{self._listener.getsockname()[1]}"
@@ -451,7 +449,8 @@ class SandboxServer:
                 source = _unpack(
                     request["source"], folder / "repo", self.config.max_source_mb, "max_source_mb"
                 )
-            with build_deadline(self.config.maxima.build_s):  # each build step stops by then
+            # each build step stops by then; pip takes wheels only unless build_sdists
+            with build_deadline(self.config.maxima.build_s, wheels_only=not self.config.build_sdists):
                 local = self._make(config, source, recipe, folder)
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)

@@ -63,16 +63,20 @@ def env_key(environment: Environment, base_image: str = "") -> str:
 
 
 _deadline: ContextVar[float | None] = ContextVar("build_deadline", default=None)
+_wheels_only: ContextVar[bool] = ContextVar("wheels_only", default=False)
 
 
 @contextmanager
-def build_deadline(seconds: float) -> Iterator[None]:
-    """Within it, this thread's builds (pip, the engine's image builds) end by `seconds` from now."""
-    token = _deadline.set(time.monotonic() + seconds)
+def build_deadline(seconds: float, wheels_only: bool = False) -> Iterator[None]:
+    """Within it, this thread's builds (pip, the engine's image builds) end by `seconds` from now, and with
+    `wheels_only` pip takes wheels only (`--only-binary :all:`), never running a source distribution's
+    build code (a sandbox server's builds, unless its `build_sdists` is on)."""
+    tokens = _deadline.set(time.monotonic() + seconds), _wheels_only.set(wheels_only)
     try:
         yield
     finally:
-        _deadline.reset(token)
+        _deadline.reset(tokens[0])
+        _wheels_only.reset(tokens[1])
 
 
 def build_time_left(default: float) -> float:
@@ -87,15 +91,10 @@ def build_time_left(default: float) -> float:
     return min(default, left)
 
 
-only_binary = False
-"""Whether pip takes wheels only (`--only-binary :all:`), never running a source distribution's build code;
-a sandbox server sets it unless its `build_sdists` is on."""
-
-
 def _pip(args: list[str], quiet: bool, before: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
     """pip with `args`, run from an empty folder of its own: a requirement is never read as a file lying in
     the working folder (an archive named like a project)."""
-    binary = ["--only-binary", ":all:"] if only_binary and args[0] in ("wheel", "install") else []
+    binary = ["--only-binary", ":all:"] if _wheels_only.get() and args[0] in ("wheel", "install") else []
     command = [
         sys.executable,
         "-m",

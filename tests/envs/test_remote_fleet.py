@@ -815,8 +815,8 @@ def test_a_requirement_is_never_a_file_and_pip_builds_nothing_unless_told(
     monkeypatch.setattr(task_env, "harness_cache", lambda: tmp_path)
     monkeypatch.chdir(tmp_path)
     for only in (True, False):
-        monkeypatch.setattr(task_env, "only_binary", only)
-        task_env.fetch_wheels(["tinydep"], quiet=True)
+        with task_env.build_deadline(3600, wheels_only=only):
+            task_env.fetch_wheels(["tinydep"], quiet=True)
         command, cwd = ran[-1]
         assert cwd != str(tmp_path) and ("--only-binary" in command) is only, command
         assert (
@@ -885,7 +885,6 @@ def test_a_build_ends_by_maxima_build_s_and_so_does_a_wait_for_one(
     """Red team 2 (docs/reliability.md 5j, 2h): a build held its place of the server's capacity forever
     after its client left. Each build step (pip, the engine's image builds) is stopped by `maxima.build_s`
     and the start refused; a start waiting for another's build of the same environment waits as long."""
-    from envs import task_env
     from envs.python_env import EnvBuildError
     from envs.sandbox_server import SandboxServer, ServerConfig
     from envs.task_env import build_deadline, env_key, fetch_wheels
@@ -901,7 +900,6 @@ def test_a_build_ends_by_maxima_build_s_and_so_does_a_wait_for_one(
     secret.write_text(secrets.token_hex(32))
     secret.chmod(0o600)
     config = ServerConfig(listen="127.0.0.1:0", secret_file=secret, maxima=ServerMaxima(build_s=1.0))
-    monkeypatch.setattr(task_env, "only_binary", task_env.only_binary)  # the server sets it
     server = SandboxServer(config.model_copy(update={"sandbox": SandboxConfig(backend="bwrap")}), b"s" * 32)
     try:
         environment = Environment(requirements=["tinydep"])
