@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Builds the sandbox base image offline: debootstrap a minimal Debian with python3, pytest and git from
+# Builds the sandbox base image offline: debootstrap a minimal Debian with python3, pytest, git and the
+# language toolchains the language plug-ins run (envs/languages/: rustc and cargo) from
 # Debian's package mirror, then `docker import` it (`podman import` with ENGINE=podman). No image registry is
 # needed.
 set -euo pipefail
-tag="${1:-harness-base:bookworm}"
+tag="${1:-harness-base:bookworm-langs}"
 engine="${ENGINE:-docker}"
 if "$engine" image inspect "$tag" >/dev/null 2>&1; then
   echo "base image $tag already present"
@@ -15,6 +16,13 @@ echo "debootstrap into $root (a few minutes)"
 debootstrap --variant=minbase --include=python3,python3-pytest,git,procps,ca-certificates \
   bookworm "$root" http://deb.debian.org/debian >/tmp/harness-debootstrap.log 2>&1 \
   || { tail -20 /tmp/harness-debootstrap.log; exit 1; }
+# The toolchains, installed in the new root by its own apt (debootstrap's minbase cannot configure rustc
+# among its base packages).
+echo "deb http://deb.debian.org/debian bookworm main" > "$root/etc/apt/sources.list"
+cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
+chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/bin:/sbin:/bin \
+  sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends rustc cargo' \
+  >>/tmp/harness-debootstrap.log 2>&1 || { tail -20 /tmp/harness-debootstrap.log; exit 1; }
 rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
 tar -C "$root" -c . | "$engine" import - "$tag"
 echo "imported $tag"

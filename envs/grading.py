@@ -44,9 +44,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_task_sandbox
 from envs.judge import Judged, apply_patch, base_modules, judge_tree
+from envs.languages import HiddenRequest, Integrity, language_of
 from envs.lifecycle import close_later
 from envs.reward import WEIGHTS, RewardConfig, Simplicity, reward, simplicity
-from envs.run_plan import RunPlan, canary_verdict, plan_run, scored
+from envs.run_plan import RunPlan, canary_verdict, scored
 from envs.sandbox import WORKDIR, Sandbox, SandboxConfig, SandboxError, SandboxUnusable
 from envs.start_tree import run_setup, start_tree
 from envs.suspicion import suspicions
@@ -66,7 +67,6 @@ DONE = "harness-grader-done"
 """The runner's last line: DONE and the sha256 of the report it wrote."""
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
 Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
-Integrity = Literal["protected", "unprotected"]
 
 
 class Probe(BaseModel):
@@ -121,7 +121,10 @@ class Grade(BaseModel):
     integrity: Integrity = "protected"
     """`unprotected`: a verifier script (a Harbor task's tests/test.sh) ran in the sandbox that holds the
     agent's code, as the user that writes the reward, so nothing keeps that code from writing the reward
-    itself; `harness train` refuses such tasks unless `reward.allow_unprotected` (`integrity_of`)."""
+    itself; `harness train` refuses such tasks unless `reward.allow_unprotected` (`integrity_of`).
+    `process`: each hidden test ran in a process of its own whose exit status decided it, and the code
+    under test ran in that process (another language's runtime, `envs/process_grading.py`): canaries catch
+    a forger, no expected value is held outside the sandbox."""
     hidden_assertions: int = 0
     """Hidden assertions of the test files run, decided in the parent or not."""
     collect_errors: dict[str, str] = Field(default_factory=dict)
@@ -151,10 +154,10 @@ INFRA_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.ENOMEM, errno.EMFILE
 
 
 def integrity_of(task: Task) -> Integrity:
-    """How far a task's grade can be trusted: `protected` when the hidden tests run under the grader's own
-    runner (outcomes decided where the agent's code never ran, expected values held outside, canaries);
-    `unprotected` when a verifier script decides, run as the user that writes the reward."""
-    return "unprotected" if task.hidden_tests.verifier is not None else "protected"
+    """How far a task's grade can be trusted (`envs.languages.Integrity`): `unprotected` when a verifier
+    script decides, run as the user that writes the reward; else what its language's runner reaches
+    (`protected` for Python's, `process` where each test's own process decides)."""
+    return "unprotected" if task.hidden_tests.verifier is not None else language_of(task).integrity
 
 
 def refuse_unprotected(tasks: list[Task], config: RewardConfig) -> None:
@@ -308,7 +311,9 @@ def judge_patch(base: Path, patch: str, task: Task) -> Judged | str:
     with tempfile.TemporaryDirectory(prefix="harness-judge-") as tmp:
         error = apply_patch(base, patch, Path(tmp) / "repo")
         return (
-            error if error is not None else judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files))
+            error
+            if error is not None
+            else judge_tree(base, Path(tmp) / "repo", set(task.hidden_tests.files), language_of(task).dropped)
         )
 
 
@@ -349,13 +354,16 @@ def _grade_in(
         grader_dir = f"/tmp/grader-{secrets.token_hex(8)}"
         write_kept(sandbox, judged)
         verifier = task.hidden_tests.verifier
-        plan = plan_run(task, task.hidden_tests.canaries if trial is None else trial, probe=probe)
-        for path, content in plan.files.items():
-            sandbox.write_file(path, content.encode())
         if verifier is not None:
+            for path, content in task.hidden_tests.files.items():
+                sandbox.write_file(path, content.encode())
             tests = _run_verifier(sandbox, verifier, timeout)
         else:
-            tests = _run_tests(sandbox, task, plan, grader_dir, timeout, trusted=trial is None and not probe)
+            canaries = task.hidden_tests.canaries if trial is None else trial
+            request = HiddenRequest(
+                sandbox, task, canaries, grader_dir, timeout, trial is None and not probe, probe
+            )
+            tests = language_of(task).run_hidden(request)
         judged_simplicity, static_suspect = static.result()
     suspect = [*static_suspect, *tests.suspicion]
     f2p, p2p, score, timed_out = tests.fail_to_pass, tests.pass_to_pass, tests.score, tests.timed_out
@@ -466,23 +474,16 @@ def _run_tests(
     # Evidence of forging: a text canary passed (its changed constant sits in the child's own text, and
     # validation kept it only where the base and the gold patch both fail it). A held canary's changed value
     # never enters the sandbox: met, it was met by chance (a wrong answer equal to it), never by a forger.
-    forged = trusted and any(canaries[c.label] == "passed" and c.held is None for c in plan.canaries.values())
-    if trusted:  # where the real test passed, its canary must come back failing at its own assertion
-        tampering += [
-            f"canary {c.label} came back {canaries[c.label]} beside the real test, which passed: "
-            "a test a child cannot tell from its canary was answered selectively or forged"
-            for run_id, c in plan.canaries.items()
-            if canaries[c.label] != "failed"
-            and any(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
-        ]
-        tampering += [  # a wrong guess: forged where the real copy failed (it pays -forgery_penalty)
-            f"canary {c.label} came back passed (its changed expectation was met) beside a real test that "
-            "did not pass: outcomes were forged in a copy taken for the real one"
-            for run_id, c in plan.canaries.items()
-            if canaries[c.label] == "passed"
-            and c.held is None
-            and not any(outcomes.get(i) == "passed" for i in plan.watched[run_id][1])
-        ]
+    found, forged = canary_findings(
+        canaries,
+        {
+            c.label: any(outcomes.get(i) == "passed" for i in plan.watched[r][1])
+            for r, c in plan.canaries.items()
+        },
+        {c.label: c.held is None for c in plan.canaries.values()},
+        trusted,
+    )
+    tampering += found
     if tampering:
         f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
@@ -504,6 +505,32 @@ def _run_tests(
         probes=probes,
         **counts,
     )
+
+
+def canary_findings(
+    verdicts: dict[str, str], real_passed: dict[str, bool], text: dict[str, bool], trusted: bool
+) -> tuple[list[str], bool]:
+    """Tampering told by canaries (each by label: its verdict, whether the real copy of its test passed,
+    whether it is a text canary), and whether outcomes were forged (a text canary passed). Nothing while
+    canaries are on trial (`trusted` False). Where the real test passed, its canary must come back failing
+    at its own assertion; a text canary that passed where the real copy failed is a wrong guess of a
+    forger, and pays `forgery_penalty`."""
+    if not trusted:
+        return [], False
+    forged = any(v == "passed" and text[label] for label, v in verdicts.items())
+    found = [
+        f"canary {label} came back {v} beside the real test, which passed: "
+        "a test a child cannot tell from its canary was answered selectively or forged"
+        for label, v in verdicts.items()
+        if v != "failed" and real_passed[label]
+    ]
+    found += [
+        f"canary {label} came back passed (its changed expectation was met) beside a real test that "
+        "did not pass: outcomes were forged in a copy taken for the real one"
+        for label, v in verdicts.items()
+        if v == "passed" and text[label] and not real_passed[label]
+    ]
+    return found, forged
 
 
 def probe_pairs(plan: RunPlan, observed: dict[str, list[list[Any]]]) -> list[Probe]:

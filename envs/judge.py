@@ -29,6 +29,7 @@ import shutil
 import stat
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -107,19 +108,33 @@ def walk(root: Path) -> dict[str, Entry]:
     return found
 
 
+Rule = Callable[[str, bytes | None, dict[str, Entry], dict[str, Entry]], str | None]
+"""(path, new content or None when deleted, the new tree, the base) -> why the change is not graded, or
+None: a language plug-in's `dropped` (`envs/languages/`)."""
+
+
 def why_dropped(
     path: str,
     content: bytes | None,
     tree: dict[str, Entry],
     hidden: set[str],
     base: dict[str, Entry] | None = None,
+    rule: Rule | None = None,
 ) -> str | None:
     """Why a change to `path` (new `content`, None when deleted) in `tree` (from `base`) is not graded;
-    None: it is."""
-    parts = [part.lower() for part in PurePosixPath(path).parts]
-    name = parts[-1]
+    None: it is. A hidden test path never is; else `rule` decides (Python's, `python_rule`, by default)."""
     if path in hidden:
         return "a hidden test path"
+    return (rule or python_rule)(path, content, tree, base or {})
+
+
+def python_rule(
+    path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
+) -> str | None:
+    """The module docstring's rules for a Python repository (and for every repository: the grader's
+    runners are Python)."""
+    parts = [part.lower() for part in PurePosixPath(path).parts]
+    name = parts[-1]
     if any(part in TEST_DIRS for part in parts[:-1]) or _matches(name, TEST_FILES):
         return "a test path or test setting"
     if _matches(name, STARTUP_FILES) or any(part.split(".", 1)[0] in STARTUP_MODULES for part in parts):
@@ -130,7 +145,7 @@ def why_dropped(
         return "a compiled or binary artefact"
     if content is not None and b"\0" in content:
         return "a binary file"
-    shadowed = _shadowed_module(PurePosixPath(path), tree, base or {})
+    shadowed = _shadowed_module(PurePosixPath(path), tree, base)
     if content is not None and shadowed is not None:
         return f"a module that shadows {shadowed!r}"
     return None
@@ -187,8 +202,9 @@ def base_modules(repo: Path) -> list[str]:
     return sorted(found)
 
 
-def judge_tree(base: Path, new: Path, hidden: set[str] | None = None) -> Judged:
-    """Compares tree `new` with `base`; keeps the changes a fix may make (see the module docstring)."""
+def judge_tree(base: Path, new: Path, hidden: set[str] | None = None, rule: Rule | None = None) -> Judged:
+    """Compares tree `new` with `base`; keeps the changes a fix may make (see the module docstring; `rule`:
+    the task's language's, Python's by default)."""
     hidden = hidden or set()
     old, now = walk(base), walk(new)
     kept: dict[str, bytes | None] = {}
@@ -205,7 +221,7 @@ def judge_tree(base: Path, new: Path, hidden: set[str] | None = None) -> Judged:
         if _kind(before) != "file" and _kind(after) != "file":
             continue  # a folder came or went: its files are judged one by one
         content = after.content if after is not None and after.kind == "file" else None
-        reason = why_dropped(path, content, now, hidden, old)
+        reason = why_dropped(path, content, now, hidden, old, rule)
         if reason is not None:
             dropped[path] = reason
         else:

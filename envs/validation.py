@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.factory import start_task_sandbox
 from envs.grading import Grade, Probe, collect_patch, grade_patch, judge_patch
-from envs.run_plan import plan_run, source_of
+from envs.languages import language_of
+from envs.run_plan import source_of
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.start_tree import run_setup, start_tree
 from policies.scripted import gold_calls
@@ -86,7 +87,11 @@ def validate_task(
     empty_rewards: list[float] = []
     if not task.gold_patch:
         problems.append("no gold patch")
-    task, computing = _with_computed(task, sandbox_config) if keep else (task, _stale_computed(task))
+    language = language_of(task)
+    if language.holds_expected:
+        task, computing = _with_computed(task, sandbox_config) if keep else (task, _stale_computed(task))
+    else:
+        computing = []
     problems += computing
     for _ in range(repeats if task.gold_patch else 0):
         g = grade_patch(task, task.gold_patch or "", sandbox_config)
@@ -112,7 +117,9 @@ def validate_task(
             problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
     undecided = ""
     if keep:
-        kept, tried, undecided = verified_canaries(task, sandbox_config) if not problems else ([], 0, "")
+        kept, tried, undecided = (
+            language.verify_canaries(task, sandbox_config) if not problems else ([], 0, "")
+        )
         if task.folder is not None and not problems:  # what grading holds of the task, stored together
             save_computed(task.folder, task.hidden_tests.computed)
             save_canaries(task.folder, kept)
@@ -126,8 +133,8 @@ def validate_task(
                 f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
                 "assertion, or were made by an older grader: run it without --check"
             )
-    plan = plan_run(task, kept)
-    held = sum(c.held is not None for c in plan.canaries.values())
+    planned, decided, assertions = language.planned(task, kept)
+    held = sum(c.held is not None for c in planned)
     return Validation(
         task_id=task.id,
         gold_rewards=gold_rewards,
@@ -136,10 +143,10 @@ def validate_task(
         canaries=len(kept),
         canaries_tried=tried,
         held_canaries=held,
-        decided_in_parent=plan.decided,
-        hidden_assertions=plan.assertions,
+        decided_in_parent=decided,
+        hidden_assertions=assertions,
         no_canary=_why_no_canary(task, len(kept), tried, held, undecided),
-        uncovered=uncovered_tests(task, [*plan.canaries.values()]),
+        uncovered=uncovered_tests(task, planned),
     )
 
 

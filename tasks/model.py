@@ -12,6 +12,8 @@ from tasks.environment import Environment
 
 TASK_ID = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 """What a task id may look like: it names a folder and an image."""
+LANGUAGE = r"^[a-z][a-z0-9_+-]*$"
+"""What a language's name may look like (the plug-ins are named in `envs.languages.LANGUAGES`)."""
 HINT_SUFFIX = ".hint"
 """Ends the id of a hint task: a task with its privileged context in its statement, whose rollouts train
 as learnable successes (harness/training/hints.py) and never leave the run in an export."""
@@ -105,6 +107,9 @@ class Task(BaseModel):
     environment: Environment | None = None
     """The packages its code and tests need, built outside /repo by `harness env build`; None: the
     sandbox's own Python and pytest."""
+    language: str = Field(default="python", pattern=LANGUAGE)
+    """The language of its code and tests: the plug-in that judges its tree and runs its hidden tests
+    (a row of `envs.languages.LANGUAGES`: python, rust)."""
     test_command: str = "python3 -m pytest -q"
     """The visible test command the agent's run_tests tool runs."""
     hidden_tests: HiddenTests

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from tasks.canaries import load_canaries
 from tasks.computed import load_computed
 from tasks.environment import Environment
-from tasks.model import TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
+from tasks.model import LANGUAGE, TASK_ID, HiddenTests, Limits, Task, Verifier, check_judge
 from tasks.patches import NOISE, SAFE_GIT_CONFIG, commit_tree, diff_trees, git, safe_git_env
 
 BUILTIN_SUITES = Path(__file__).with_name("suites")
@@ -76,6 +76,8 @@ class TaskFile(BaseModel):
     environment: Environment | None = None
     """What the code and tests need installed (`harness env build --suite` builds it); `tasks import`
     writes what the repository declares."""
+    language: str = Field(default="python", pattern=LANGUAGE)
+    """The language of its code and tests (`Task.language`)."""
     test_command: str = "python3 -m pytest -q"
     fail_to_pass: list[str] = Field(default_factory=list)
     pass_to_pass: list[str] = Field(default_factory=list)
@@ -175,6 +177,7 @@ def load_task(task_dir: Path, suite_root: Path) -> Task:
         problem_statement=spec.problem_statement,
         setup_commands=spec.setup_commands,
         environment=spec.environment,
+        language=spec.language,
         test_command=spec.test_command,
         hidden_tests=HiddenTests(
             files=hidden,

@@ -1,0 +1,326 @@
+"""Grading for languages whose tests are programs: each hidden test in a process of its own, decided by its
+exit status (`envs/process_runner.py`), with text canaries beside the real copies.
+
+`ProcessLanguage` is the family's plug-in (`envs/languages/`): one instance per language holds its commands
+(build the repository, build one test file, run one test alone), how its test files are found and renamed,
+its judge's rules, and where a failure says it happened. What it runs:
+
+1. Every hidden file a task's id names runs under a fresh random name of the language's form (`run_path`),
+   and so does each canary (`tasks/canaries.Canary`: the file with one literal of one assertion changed);
+   hidden files no id names are written at their own paths.
+2. The runner builds the repository before any hidden file is on disk, then writes one copy at a time,
+   builds it, runs each test alone, and puts the writable folders back: a test's process sees only its own
+   copy, and a real copy and its canary differ in one literal.
+3. Outcomes are mapped back to the task's ids here. A canary must fail where its changed assertion is
+   (the failure's line in its own file); one that passes beside a real test that passed is tampering, and
+   every test counts as failed.
+
+The code under test runs in the process whose exit status decides, and reads the file of its own test:
+it can make its own test pass (exit early, print what the runner looks for, answer the literal it reads).
+Each of these passes the canaries alike, which a correct fix fails: a grade of this family records
+integrity `process` (docs/reliability.md 5k).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from envs.languages import HiddenRequest, Integrity
+from envs.run_plan import source_of
+from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
+from tasks.canaries import Canary, perturbed
+from tasks.model import Task
+
+if TYPE_CHECKING:
+    from envs.grading import HiddenRun
+    from envs.judge import Entry
+
+RUNNER = Path(__file__).with_name("process_runner.py")
+KIT = Path(__file__).with_name("grade_runner.py")
+TRIALS = 24
+"""Single-literal canaries tried per task at most (`tasks validate` keeps those the gold patch fails)."""
+KEPT = 6
+"""Canaries a task keeps at most: spread over its tests, one a test first."""
+
+
+@dataclass(frozen=True)
+class Commands:
+    """A language's commands in the grading sandbox. `{grader}` is the grader's folder, `{stem}` a run
+    file's name without its suffix, `{test}` a test's name."""
+
+    prepare: list[str]
+    """Builds the repository as it is, before any hidden file is written ([] for none)."""
+    build: list[str]
+    """Builds one test file (its tests) ([] for none)."""
+    test: list[str]
+    """Runs one test alone: exit status 0 and `passed` in its output when it passed."""
+    passed: str
+    """A regular expression the output of a passing run matches: exactly one test ran, and passed."""
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ProcessLanguage:
+    """A language whose tests are programs, run one test a process (see the module docstring)."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    test_command: str
+    commands: Commands
+    tests_in: Callable[[str], list[str]]
+    """A test file's source -> the names its tests run under."""
+    assertions_in: Callable[[str, str], list[tuple[int, int, int]]]
+    """(source, test name) -> (start, end, line) of each assertion of that test: the span of its text in
+    `source`, and the 1-based line a failure of it is reported at."""
+    run_path: Callable[[str, str], str]
+    """(a hidden test file's path, a fresh hex token) -> the path its copy runs under."""
+    is_test_file: Callable[[str], bool]
+    """Whether a repository path is one of the language's test files (which the judge drops)."""
+    own_rule: Callable[[str, bytes | None], str | None]
+    """The language's own judge rule: why a change of `path` is not graded (build scripts, runner
+    settings, compiled outputs); None: it is, as far as the language goes."""
+    failure_line: Callable[[str, str], list[int]]
+    """(a failing test's output, its run path) -> the lines of its own file the failure names."""
+    integrity: Integrity = "process"
+    holds_expected: bool = False
+
+    def dropped(
+        self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
+    ) -> str | None:
+        """The Python judge's rules (the grader's runner is Python), the test files, then the language's own."""
+        from envs.languages.python import PYTHON
+
+        if self.is_test_file(path):
+            return "a test path or test setting"
+        return PYTHON.dropped(path, content, tree, base) or self.own_rule(path, content)
+
+    def run_hidden(self, request: HiddenRequest) -> HiddenRun:
+        plan = plan_process_run(self, request.task, request.canaries)
+        return run_process_plan(self, plan, request)
+
+    def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
+        hidden = task.hidden_tests
+        named = {i.partition("::")[::2] for i in [*hidden.fail_to_pass, *hidden.pass_to_pass]}
+        assertions = sum(len(self.assertions_in(source_of(task, p) or "", t)) for p, t in named)
+        return canaries, 0, assertions
+
+    def verify_canaries(self, task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int, str]:
+        from envs.validation import _failing_on_gold
+
+        if task.hidden_tests.verifier is not None or not task.gold_patch:
+            return [], 0, ""
+        trial = text_canaries(self, task, random.SystemRandom())
+        failing, undecided = _failing_on_gold(task, trial, sandbox_config)
+        return spread_over_tests(failing, KEPT), len(trial), undecided
+
+
+@dataclass
+class ProcessPlan:
+    files: dict[str, str] = field(default_factory=dict)
+    """Hidden files no id names, written at their own paths before the run."""
+    targets: list[dict[str, object]] = field(default_factory=list)
+    """The runner's targets: each copy's run path, its text and its tests."""
+    ids: dict[str, str] = field(default_factory=dict)
+    """The task's id -> its run id (`RUN_PATH::test`)."""
+    canaries: dict[str, Canary] = field(default_factory=dict)
+    """Each canary's run path -> the canary."""
+    real_path: dict[str, str] = field(default_factory=dict)
+    """Each canary's run path -> the run path of its real copy."""
+
+
+def plan_process_run(language: ProcessLanguage, task: Task, canaries: list[Canary]) -> ProcessPlan:
+    """The copies, canaries and ids of one run of `task`'s hidden tests (module docstring, 1)."""
+    hidden = task.hidden_tests
+    ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
+    named = list(dict.fromkeys(i.partition("::")[0] for i in ids))
+    plan = ProcessPlan(files={p: s for p, s in hidden.files.items() if p not in named})
+    taken: set[str] = set(hidden.files)
+    runs: dict[str, str] = {}
+    for path in named:
+        runs[path] = _fresh(language, path, taken)
+        tests = sorted({i.partition("::")[2] for i in ids if i.partition("::")[0] == path})
+        plan.targets.append(_target(language, runs[path], source_of(task, path) or "", tests))
+    for test_id in ids:
+        path, _, test = test_id.partition("::")
+        plan.ids[test_id] = f"{runs[path]}::{test}"
+    for canary in canaries:
+        if canary.file not in runs:
+            continue
+        run = _fresh(language, canary.file, taken)
+        plan.targets.append(_target(language, run, canary.source, sorted({canary.test, *canary.also})))
+        plan.canaries[run], plan.real_path[run] = canary, runs[canary.file]
+    return plan
+
+
+def _fresh(language: ProcessLanguage, path: str, taken: set[str]) -> str:
+    while True:
+        name = language.run_path(path, secrets.token_hex(6))
+        if name not in taken:
+            taken.add(name)
+            return name
+
+
+def _target(language: ProcessLanguage, run: str, source: str, tests: list[str]) -> dict[str, object]:
+    stem = PurePosixPath(run).stem
+    return {
+        "path": run,
+        "content": source,
+        "build": [_fill(a, stem=stem) for a in language.commands.build],
+        "tests": [
+            {"name": t, "argv": [_fill(a, stem=stem, test=t) for a in language.commands.test]} for t in tests
+        ],
+    }
+
+
+def _fill(arg: str, **values: str) -> str:
+    for key, value in values.items():
+        arg = arg.replace("{" + key + "}", value)
+    return arg
+
+
+def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: HiddenRequest) -> HiddenRun:
+    """Runs `plan` with the process runner in the request's sandbox and scores it host-side."""
+    from envs.grading import READY, _read_report
+
+    sandbox, grader = request.sandbox, request.grader_dir
+    for path, content in plan.files.items():
+        sandbox.write_file(path, content.encode())
+    sandbox.write_file(f"{grader}/run.py", RUNNER.read_bytes())
+    sandbox.write_file(f"{grader}/grader_kit.py", KIT.read_bytes())
+    report, held = (
+        f"{grader}/report-{secrets.token_hex(8)}.json",
+        f"{grader}/plan-{secrets.token_hex(8)}.json",
+    )
+    commands = language.commands
+    runner_plan = {
+        "root": WORKDIR,
+        "env": {k: _fill(v, grader=grader) for k, v in commands.env.items()},
+        "prepare": [_fill(a, grader=grader) for a in commands.prepare],
+        "targets": [{**t, "build": [_fill(str(a), grader=grader) for a in t["build"]]} for t in plan.targets],  # type: ignore[attr-defined]
+        "passed": commands.passed,
+        "child_timeout_s": min(request.task.limits.test_file_timeout_s, request.timeout),
+    }
+    sandbox.write_file(held, json.dumps(runner_plan).encode())
+    run = sandbox.run(
+        ["python3", "-I", "-B", f"{grader}/run.py", report, held],
+        timeout=request.timeout,
+        env={"HARNESS_GRADER_SANDBOX": "1"},
+    )
+    if READY not in run.output and not run.timed_out:
+        raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
+    read = _read_report(sandbox, report, run.output)
+    return score_process_run(
+        language,
+        plan,
+        request,
+        read.outcomes,
+        read.crashes,
+        read.tampering,
+        read.collect_errors,
+        run.timed_out,
+    )
+
+
+def canary_verdict(
+    language: ProcessLanguage, run: str, canary: Canary, outcomes: dict[str, str], crashes: dict[str, object]
+) -> str:
+    """`failed` when every test the canary changed failed at one of its changed lines; `passed` when every
+    one passed; else `unexplained` (an error, a timeout, a failure elsewhere)."""
+    tests = [canary.test, *canary.also]
+    if all(outcomes.get(f"{run}::{t}") == "passed" for t in tests):
+        return "passed"
+    for test in tests:
+        run_id = f"{run}::{test}"
+        lines = language.failure_line(str(crashes.get(run_id, "")), run)
+        if outcomes.get(run_id) != "failed" or not set(lines) & set(canary.lines):
+            return "unexplained"
+    return "failed"
+
+
+def score_process_run(
+    language: ProcessLanguage,
+    plan: ProcessPlan,
+    request: HiddenRequest,
+    outcomes: dict[str, str],
+    crashes: dict[str, object],
+    tampering: list[str],
+    errors: dict[str, str],
+    timed_out: bool,
+) -> HiddenRun:
+    from envs.grading import HiddenRun, _outcome, canary_findings
+
+    hidden = request.task.hidden_tests
+    verdicts = {
+        c.label: canary_verdict(language, run, c, outcomes, crashes) for run, c in plan.canaries.items()
+    }
+    real_passed = {
+        c.label: any(outcomes.get(f"{plan.real_path[run]}::{t}") == "passed" for t in [c.test, *c.also])
+        for run, c in plan.canaries.items()
+    }
+    found, forged = canary_findings(
+        verdicts, real_passed, {c.label: True for c in plan.canaries.values()}, request.trusted
+    )
+    tampering = [*tampering, *found]
+    f2p = {name: _outcome(plan.ids[name], outcomes) for name in hidden.fail_to_pass}
+    p2p = {name: _outcome(plan.ids[name], outcomes) for name in hidden.pass_to_pass}
+    if tampering:
+        f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
+    passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
+    back = {
+        run: path for path, run in ((i.partition("::")[0], r.partition("::")[0]) for i, r in plan.ids.items())
+    }
+    shown = {back.get(p, p): m[-300:] for p, m in errors.items() if p not in plan.canaries}
+    return HiddenRun(
+        f2p, p2p, passed / (len(f2p) + len(p2p)), timed_out, tampering, verdicts, shown, forged=forged
+    )
+
+
+LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])')
+"""A string literal (no raw strings) or a decimal number, in C-family source."""
+
+
+def text_canaries(language: ProcessLanguage, task: Task, rng: random.Random) -> list[Canary]:
+    """Single-literal canaries of the named tests' assertions, at most `TRIALS`, spread over the tests."""
+    hidden = task.hidden_tests
+    found: list[Canary] = []
+    for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
+        path, _, test = test_id.partition("::")
+        source = hidden.files.get(path)  # a file the base also has would tell a canary from the real copy
+        if source is None:
+            continue
+        for start, end, line in language.assertions_in(source, test):
+            for literal in LITERAL.finditer(source, start, end):
+                changed = _changed_literal(literal.group(), rng)
+                if changed is None:
+                    continue
+                text = source[: literal.start()] + changed + source[literal.end() :]
+                mutation = f"line {line}: {literal.group()} became {changed}"
+                found.append(Canary(file=path, test=test, mutation=mutation, source=text, lines=[line]))
+    return spread_over_tests(found, TRIALS)
+
+
+def _changed_literal(text: str, rng: random.Random) -> str | None:
+    if text.startswith('"'):
+        inner = text[1:-1]
+        changed = perturbed(inner, rng=rng) if not re.search(r"\\", inner) else inner
+        return None if changed == inner else f'"{changed}"'
+    value: int | float = float(text) if "." in text else int(text)
+    changed_value = perturbed(value, rng=rng)
+    return None if changed_value == value else str(changed_value)
+
+
+def spread_over_tests(canaries: list[Canary], most: int) -> list[Canary]:
+    """Up to `most` of `canaries`, taking each test's first before any test's second."""
+    by_test: dict[tuple[str, str], list[Canary]] = {}
+    for canary in canaries:
+        by_test.setdefault((canary.file, canary.test), []).append(canary)
+    rounds = max((len(g) for g in by_test.values()), default=0)
+    order = [g[i] for i in range(rounds) for g in by_test.values() if i < len(g)]
+    return order[:most]

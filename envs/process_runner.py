@@ -1,0 +1,158 @@
+"""Runs hidden tests in the grading sandbox, each test in a process of its own, for the languages whose
+tests are programs (`envs/process_grading.py`): Rust's `cargo test`, and any runner that can run one test
+alone and tell its outcome by its exit status.
+
+Standard library only, plus the grader's own runner beside it (`grader_kit.py`, envs/grade_runner.py) for
+what both runners do alike (which imports pytest: so `site` runs, for the grader's own site folders; a task of
+this family has no Python environment of its own); started as `python3 -I -B process_runner.py REPORT PLAN`. It makes itself
+undumpable and reads the plan, then deletes it: the hidden files (real copies and canaries under random
+names), and the commands. First the `prepare` command builds the repository as it is (no hidden file
+written yet), then the folders a child can write are taken as they are (`Scratch`). For each target, in
+an order drawn here: its one file is written, its `build` command compiles it, and each of its tests runs
+alone in a new process session with its own time limit; then every process the sandbox holds besides this
+one's line is killed, the file goes, and the scratch folders are put back as they were. So a test's
+process sees its own file only, never the others', and nothing one leaves reaches the next.
+
+A test passed when its process exited 0 and printed what the plan's `passed` pattern matches (the runner
+ran exactly that test); a build that fails fails each of its target's tests (`error`). The code under
+test runs in the process whose exit status decides, so it can end it as passed: canaries, which a process
+cannot tell from the real copy, catch that (docs/reliability.md 5k). The report is written under a fresh
+name, and its digest is the last line printed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from typing import Any
+
+READY = "harness-grader-ready"
+TAIL = 4000
+"""Characters kept of the end of a failing test's (or build's) output."""
+
+
+def _kit() -> Any:
+    """The grader's own runner, shipped beside this file, imported for what both runners share."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "grader_kit.py")
+    spec = importlib.util.spec_from_file_location("grader_kit", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(argv: list[str], root: str, env: dict[str, str], limit: float) -> tuple[int | None, str]:
+    """(exit status, or None when it ran past `limit`; the end of its output) of `argv` in a new session."""
+    started = subprocess.Popen(
+        argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    try:
+        output, _ = started.communicate(timeout=limit)
+        code: int | None = started.returncode
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(started.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        output, code = b"", None
+        started.kill()
+        started.wait()
+    return code, output.decode("utf-8", "replace")[-TAIL:]
+
+
+def _environment(plan: dict[str, Any]) -> dict[str, str]:
+    """The children's environment: this one's without the grader's own variables, and the plan's."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HARNESS_")}
+    env.update({str(k): str(v) for k, v in plan.get("env", {}).items()})
+    return env
+
+
+def _write(root: str, path: str, content: str) -> None:
+    full = os.path.join(root, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "w", encoding="utf-8") as f:
+        f.write(content)
+
+
+def run_target(
+    target: dict[str, Any], plan: dict[str, Any], env: dict[str, str], report: dict[str, Any]
+) -> None:
+    """Writes `target`'s file, builds it, runs each of its tests alone; outcomes into `report`."""
+    root, limit, path = plan["root"], float(plan["child_timeout_s"]), str(target["path"])
+    passed = re.compile(str(plan["passed"]))
+    _write(root, path, str(target["content"]))
+    build = target.get("build")
+    if build:
+        code, output = _run([str(a) for a in build], root, env, limit)
+        if code != 0:
+            report["collect_errors"][path] = output if code is not None else f"the build ran past {limit:g} s"
+            report["outcomes"].update({f"{path}::{t['name']}": "error" for t in target["tests"]})
+            return
+    for test in target["tests"]:
+        run_id = f"{path}::{test['name']}"
+        started = time.monotonic()
+        code, output = _run([str(a) for a in test["argv"]], root, env, limit)
+        ok = code == 0 and passed.search(output) is not None
+        report["outcomes"][run_id] = "passed" if ok else "failed"
+        report["seconds"][run_id] = round(time.monotonic() - started, 3)
+        if not ok:
+            report["crashes"][run_id] = output if code is not None else f"ran past its limit of {limit:g} s"
+
+
+def _read_plan(path: str) -> dict[str, Any]:
+    with open(path) as f:
+        plan: dict[str, Any] = json.load(f)
+    os.unlink(path)
+    return plan
+
+
+def main() -> None:
+    report_path, plan_path = sys.argv[1:3]
+    in_sandbox = os.environ.pop("HARNESS_GRADER_SANDBOX", None) == "1"
+    kit = _kit()
+    kit.undumpable()
+    plan = _read_plan(plan_path)
+    env = _environment(plan)
+    report: dict[str, Any] = {
+        "outcomes": {},
+        "collect_errors": {},
+        "crashes": {},
+        "seconds": {},
+        "tampering": [],
+    }
+    print(READY, flush=True)
+    prepare = plan.get("prepare")
+    if prepare:  # the repository built as it is, before any hidden file is on disk
+        code, output = _run([str(a) for a in prepare], plan["root"], env, float(plan["child_timeout_s"]))
+        if code != 0:
+            report["collect_errors"]["(build)"] = (
+                output if code is not None else "the build ran past its limit"
+            )
+    scratch = kit.Scratch([plan["root"], *(kit.SCRATCH if in_sandbox else [])])
+    ipc = kit.remove_ipc(set()) if in_sandbox else set()
+    targets = list(plan["targets"])
+    random.SystemRandom().shuffle(targets)
+    for target in targets:
+        if "(build)" in report["collect_errors"]:
+            report["outcomes"].update({f"{target['path']}::{t['name']}": "error" for t in target["tests"]})
+            continue
+        run_target(target, plan, env, report)
+        if in_sandbox:  # what a test left running must not see the next one, nor the report
+            kit.stop_the_others(spare=set())
+        scratch.restore()
+        ipc = kit.remove_ipc(ipc) if in_sandbox else ipc
+    kit.write_report(report_path, report)
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()
