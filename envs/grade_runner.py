@@ -678,7 +678,9 @@ class Scratch:
     the harness's Python when it lives under /tmp) is neither read nor put back: nothing in the sandbox can
     make, remove or write one, and reading a bound virtual environment cost every grade gigabytes."""
 
-    def __init__(self, roots: list[str]) -> None:
+    def __init__(self, roots: list[str], keep: int = KEPT_FILE) -> None:
+        self.keep = keep
+        """Files up to this size are kept to be put back (all of them for `rebuild`)."""
         self.roots = [os.path.realpath(r) for r in roots if os.path.isdir(r) and not os.path.islink(r)]
         self.entries: dict[str, tuple[tuple[int, ...], bytes | None]] = {}
         """path -> (its lstat key, its content for a file or its target for a link)"""
@@ -700,7 +702,7 @@ class Scratch:
         payload = None
         if stat.S_ISLNK(st.st_mode):
             payload = os.fsencode(os.readlink(path))
-        elif stat.S_ISREG(st.st_mode) and st.st_size <= KEPT_FILE:
+        elif stat.S_ISREG(st.st_mode) and st.st_size <= self.keep:
             try:
                 with open(path, "rb") as f:
                     payload = f.read()
@@ -753,6 +755,34 @@ class Scratch:
         self._put_back(folder)  # whether or not a child touched it: nothing a child did shows
         self._rekey(folder)
 
+    def rebuild(self) -> None:
+        """Every entry under the roots removed and made again from what was taken, in one order: what a
+        child changed and what it did not come back alike, with new inodes and change times for all, so
+        that which entries a child touched (`restore` makes only those again) is no mark for a later one.
+        Mount points, and the folders that hold them, stay."""
+        for root in self.roots:
+            self._clear(root)
+            for name in self.children.get(root, []):
+                self._recreate(os.path.join(root, name))
+            _chmod(root, self.entries[root][0][0])
+            self._put_back(root)
+            self._rekey(root)
+
+    def _clear(self, folder: str) -> None:
+        _chmod(folder, 0o700)
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            names = []
+        for name in names:
+            path = os.path.join(folder, name)
+            if path in self.mounts:
+                continue
+            if any(m.startswith(path + "/") for m in self.mounts):
+                self._clear(path)  # it stays, and so does its place in the folder
+            else:
+                _remove(path)
+
     def _put_back(self, path: str) -> None:
         """The entry's extended attributes and times as they were (a child can set both on its own files:
         a mailbox for the next child that the entry's content does not show)."""
@@ -769,7 +799,8 @@ class Scratch:
         mode = key[0]
         try:
             if stat.S_ISDIR(mode):
-                os.mkdir(path, 0o700)
+                if not os.path.isdir(path):  # one that holds a mount point was never removed
+                    os.mkdir(path, 0o700)
                 for name in self.children.get(path, []):
                     self._recreate(os.path.join(path, name))
                 _chmod(path, mode)

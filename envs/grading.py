@@ -399,7 +399,7 @@ def _static_terms(task: Task, judged: Judged, reward_config: RewardConfig) -> tu
     out of grading: what the agent's tree causes is the agent's."""
     try:
         judged_simplicity = simplicity(
-            judged.patch, task.gold_patch, judged.before, judged.after, reward_config
+            judged.patch, task.gold_patch, judged.before, judged.after, reward_config, language_of(task).style
         )
         return judged_simplicity, suspicions(judged.before, judged.after)
     except Exception as e:

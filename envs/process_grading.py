@@ -33,6 +33,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from envs.languages import HiddenRequest, Integrity
+from envs.reward import SourceStyle
 from envs.run_plan import source_of
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from tasks.canaries import Canary, perturbed
@@ -88,6 +89,8 @@ class ProcessLanguage:
     settings, compiled outputs); None: it is, as far as the language goes."""
     failure_line: Callable[[str, str], list[int]]
     """(a failing test's output, its run path) -> the lines of its own file the failure names."""
+    style: SourceStyle
+    """How its source shows debug output and commented-out code (the simplicity term)."""
     integrity: Integrity = "process"
     holds_expected: bool = False
 
@@ -154,7 +157,9 @@ def plan_process_run(language: ProcessLanguage, task: Task, canaries: list[Canar
         if canary.file not in runs:
             continue
         run = _fresh(language, canary.file, taken)
-        plan.targets.append(_target(language, run, canary.source, sorted({canary.test, *canary.also})))
+        real = next(t for t in plan.targets if t["path"] == runs[canary.file])
+        names = sorted({*(str(t["name"]) for t in real["tests"]), canary.test, *canary.also})  # type: ignore[attr-defined]
+        plan.targets.append(_target(language, run, canary.source, names))  # the real copy's tests, as many
         plan.canaries[run], plan.real_path[run] = canary, runs[canary.file]
     return plan
 
@@ -231,16 +236,18 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
 def canary_verdict(
     language: ProcessLanguage, run: str, canary: Canary, outcomes: dict[str, str], crashes: dict[str, object]
 ) -> str:
-    """`failed` when every test the canary changed failed at one of its changed lines; `passed` when every
-    one passed; else `unexplained` (an error, a timeout, a failure elsewhere)."""
+    """`failed` when every test the canary changed failed at one of its changed lines, its output naming
+    no other line of its file; `passed` when every one passed; else `unexplained` (an error, a timeout, a
+    failure elsewhere, or output that names several lines: the code under test writes that output, and
+    one that names every line of its file would claim any canary's)."""
     tests = [canary.test, *canary.also]
     if all(outcomes.get(f"{run}::{t}") == "passed" for t in tests):
         return "passed"
     for test in tests:
         run_id = f"{run}::{test}"
-        lines = language.failure_line(str(crashes.get(run_id, "")), run)
-        if outcomes.get(run_id) != "failed" or not set(lines) & set(canary.lines):
-            return "unexplained"
+        lines = set(language.failure_line(str(crashes.get(run_id, "")), run))
+        if outcomes.get(run_id) != "failed" or len(lines) != 1 or not lines <= set(canary.lines):
+            return "unexplained"  # a failure that names one line of its file, a changed one, and no other
     return "failed"
 
 

@@ -9,9 +9,12 @@ undumpable and reads the plan, then deletes it: the hidden files (real copies an
 names), and the commands. First the `prepare` command builds the repository as it is (no hidden file
 written yet), then the folders a child can write are taken as they are (`Scratch`). For each target, in
 an order drawn here: its one file is written, its `build` command compiles it, and each of its tests runs
-alone in a new process session with its own time limit; then every process the sandbox holds besides this
-one's line is killed, the file goes, and the scratch folders are put back as they were. So a test's
-process sees its own file only, never the others', and nothing one leaves reaches the next.
+alone, in an order drawn for the copy, in a new process session with its own time limit; then every
+process the sandbox holds besides this one's line is killed, and every entry of the writable folders is
+removed and made again as it was taken (`Scratch.rebuild`: what a test touched and what it did not come
+back alike, with new inodes and change times). A canary's copy runs the same tests as its real copy. So a
+test's process sees its own copy only, never the others', and what a copy's tests leave reaches no other
+copy but through counters the kernel keeps (process ids, inode numbers: docs/reliability.md 5k).
 
 A test passed when its process exited 0 and printed what the plan's `passed` pattern matches (the runner
 ran exactly that test); a build that fails fails each of its target's tests (`error`). The code under
@@ -36,6 +39,8 @@ from typing import Any
 READY = "harness-grader-ready"
 TAIL = 4000
 """Characters kept of the end of a failing test's (or build's) output."""
+KEPT_TOTAL = 1 << 40
+"""Every file of the writable folders is kept, whatever its size, to be made again (`Scratch.rebuild`)."""
 
 
 def _kit() -> Any:
@@ -97,7 +102,9 @@ def run_target(
             report["collect_errors"][path] = output if code is not None else f"the build ran past {limit:g} s"
             report["outcomes"].update({f"{path}::{t['name']}": "error" for t in target["tests"]})
             return
-    for test in target["tests"]:
+    tests = list(target["tests"])
+    random.SystemRandom().shuffle(tests)  # no test is first in every copy
+    for test in tests:
         run_id = f"{path}::{test['name']}"
         started = time.monotonic()
         code, output = _run([str(a) for a in test["argv"]], root, env, limit)
@@ -137,7 +144,7 @@ def main() -> None:
             report["collect_errors"]["(build)"] = (
                 output if code is not None else "the build ran past its limit"
             )
-    scratch = kit.Scratch([plan["root"], *(kit.SCRATCH if in_sandbox else [])])
+    scratch = kit.Scratch([plan["root"], *(kit.SCRATCH if in_sandbox else [])], keep=KEPT_TOTAL)
     ipc = kit.remove_ipc(set()) if in_sandbox else set()
     targets = list(plan["targets"])
     random.SystemRandom().shuffle(targets)
@@ -146,9 +153,9 @@ def main() -> None:
             report["outcomes"].update({f"{target['path']}::{t['name']}": "error" for t in target["tests"]})
             continue
         run_target(target, plan, env, report)
-        if in_sandbox:  # what a test left running must not see the next one, nor the report
+        if in_sandbox:  # what a test left running must not see the next copy, nor the report
             kit.stop_the_others(spare=set())
-        scratch.restore()
+        scratch.rebuild()  # every entry made again: which ones a test touched is no mark for the next copy
         ipc = kit.remove_ipc(ipc) if in_sandbox else ipc
     kit.write_report(report_path, report)
     os._exit(0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import re
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyflakes import checker as pyflakes_checker
@@ -111,13 +112,33 @@ def _files(patch: str) -> set[str]:
     return {p for part in split_patch(patch) for p in part.paths}
 
 
-def _is_commented_code(line: str) -> bool:
+@dataclass(frozen=True)
+class SourceStyle:
+    """How a language's source shows the simplicity term's parts: debug output and commented-out code
+    (a language plug-in's `style`, `envs/languages/`)."""
+
+    debug: re.Pattern[str]
+    """A changed line that prints for debugging."""
+    comment: str
+    """The line comment's marker."""
+    code: re.Pattern[str] | None = None
+    """A comment's text that reads as code; None: Python's parser decides."""
+
+
+PYTHON_STYLE = SourceStyle(debug=DEBUG_LINE, comment="#")
+
+
+def _is_commented_code(line: str, style: SourceStyle = PYTHON_STYLE) -> bool:
     stripped = line.strip()
-    if not stripped.startswith("#"):
+    if not stripped.startswith(style.comment):
         return False
-    body = stripped.lstrip("#").strip()
+    if style.code is not None and stripped[len(style.comment) :].startswith(("/", "!")):
+        return False  # a documentation comment (`///`, `//!`)
+    body = stripped.lstrip(style.comment[0]).strip()
     if not body or body.startswith(("!", "-*-", "type:", "noqa", "pragma")):
         return False
+    if style.code is not None:
+        return style.code.search(body) is not None
     try:
         tree = ast.parse(body)
     except SyntaxError:
@@ -166,8 +187,10 @@ def simplicity(
     before: dict[str, str],
     after: dict[str, str],
     config: RewardConfig,
+    style: SourceStyle = PYTHON_STYLE,
 ) -> Simplicity:
-    """Judges a (test-filtered) patch. `before` / `after`: contents of its changed files."""
+    """Judges a (test-filtered) patch. `before` / `after`: contents of its changed Python files (pyflakes);
+    `style`: the task's language's debug output and comments."""
     added, removed = changed_lines(patch)
     size, size_tokens = len(added) + len(removed), tokens([*added, *removed])
     gold_added: list[str] = []
@@ -182,10 +205,10 @@ def simplicity(
         budget = config.size_budget_lines * TOKENS_PER_LINE
         size_part = _clip((size_tokens - budget) / (4 * budget))
         extra_files = []
-    gold_debug = sum(1 for line in gold_added if DEBUG_LINE.match(line))
-    debug = [line for line in added if DEBUG_LINE.match(line)]
+    gold_debug = sum(1 for line in gold_added if style.debug.match(line))
+    debug = [line for line in added if style.debug.match(line)]
     debug = debug[gold_debug:]  # prints the fix itself needs are not debug output
-    commented = [line for line in added if _is_commented_code(line)]
+    commented = [line for line in added if _is_commented_code(line, style)]
     warnings = new_static_warnings(before, after)
     parts = {
         "size": size_part,

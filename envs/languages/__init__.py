@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Literal, Protocol
 if TYPE_CHECKING:
     from envs.grading import HiddenRun
     from envs.judge import Entry
+    from envs.reward import SourceStyle
     from envs.sandbox import Sandbox, SandboxConfig
     from tasks.canaries import Canary
     from tasks.model import Task
@@ -66,6 +67,8 @@ class Language(Protocol):
     test_command: str
     """The repository's own test command, the agent's `run_tests` default."""
     holds_expected: bool
+    style: SourceStyle
+    """How its source shows debug output and commented-out code (the simplicity term)."""
     """Whether `tasks validate` computes expected values on the gold tree, for the grader to hold
     outside the sandbox (`tasks/computed.py`)."""
 

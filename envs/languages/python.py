@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from envs.languages import HiddenRequest, Integrity
+from envs.reward import PYTHON_STYLE, SourceStyle
 
 if TYPE_CHECKING:
     from envs.grading import HiddenRun
@@ -23,6 +24,7 @@ class Python:
     suffixes: tuple[str, ...] = (".py",)
     test_command: str = "python3 -m pytest -q"
     holds_expected: bool = True
+    style: SourceStyle = PYTHON_STYLE
 
     def dropped(
         self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]

@@ -16,6 +16,7 @@ import re
 from pathlib import PurePosixPath
 
 from envs.process_grading import Commands, ProcessLanguage
+from envs.reward import SourceStyle
 
 TEST_FN = re.compile(r"#\[test\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+([A-Za-z_]\w*)")
 ASSERT = re.compile(r"\b(?:assert|assert_eq|assert_ne|debug_assert|debug_assert_eq)!\s*\(")
@@ -23,7 +24,7 @@ CARGO_FILES = frozenset({"build.rs", "cargo.toml", "cargo.lock", "rust-toolchain
 ARTEFACTS = (".rlib", ".rmeta", ".o", ".a", ".d")
 
 
-def tests_in(source: str) -> list[str]:
+def named_tests(source: str) -> list[str]:
     """The `#[test]` functions of a test file (those at its top level run under their own names)."""
     return TEST_FN.findall(source)
 
@@ -128,10 +129,15 @@ RUST = ProcessLanguage(
             "RUST_BACKTRACE": "0",
         },
     ),
-    tests_in=tests_in,
+    tests_in=named_tests,
     assertions_in=assertions_in,
     run_path=run_path,
     is_test_file=is_test_file,
     own_rule=own_rule,
     failure_line=failure_line,
+    style=SourceStyle(
+        debug=re.compile(r"^\s*(println!|print!|eprintln!|eprint!|dbg!)\s*\("),
+        comment="//",
+        code=re.compile(r"[;{}]\s*$|^(let|fn|if|for|while|return|match|use|impl|pub)\b.*[;({]"),
+    ),
 )

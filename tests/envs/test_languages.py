@@ -1,0 +1,291 @@
+"""Language plug-ins (`envs/languages/`): the Rust suite graded and validated on both backends, its forgers
+scored nothing, and the plug-in's parsing and judge rules."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envs.grading import grade_patch, integrity_of
+from envs.judge import judge_tree
+from envs.languages import LANGUAGES, language_named, language_of
+from envs.languages.rust import assertions_in, failure_line, named_tests
+from envs.process_grading import plan_process_run, text_canaries
+from envs.sandbox import SandboxConfig
+from envs.validation import validate_task
+from tasks.model import Task
+from tasks.patches import diff_trees
+from tasks.suite import load_suite
+from tests.conftest import require_backend
+
+RPN = "rust-002-rpn-operand-order"
+
+
+@pytest.fixture(scope="module")
+def rust_tasks() -> dict[str, Task]:
+    return {t.id: t for t in load_suite("rust")}
+
+
+def patched(task: Task, tmp_path: Path, edit: Callable[[Path], None]) -> str:
+    """The diff `edit` makes of a copy of `task`'s base repository."""
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    edit(tree)
+    return diff_trees(task.repo, tree)
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def test_every_task_names_a_known_language(rust_tasks: dict[str, Task]) -> None:
+    assert {t.language for t in rust_tasks.values()} == {"rust"}
+    assert {t.language for t in load_suite("builtin")} == {"python"}
+    assert set(LANGUAGES) >= {"python", "rust"}
+    with pytest.raises(ValueError, match="unknown language 'cobol'"):
+        language_named("cobol")
+    odd = next(iter(rust_tasks.values())).model_copy(update={"language": "cobol"})
+    with pytest.raises(ValueError, match=f"task {odd.id}: unknown language"):
+        language_of(odd)
+
+
+def test_rust_tasks_grade_at_the_process_level(rust_tasks: dict[str, Task]) -> None:
+    assert {integrity_of(t) for t in rust_tasks.values()} == {"process"}
+    assert integrity_of(load_suite("builtin")[0]) == "protected"
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_the_rust_suite_validates_with_its_canaries(backend: str, rust_tasks: dict[str, Task]) -> None:
+    """Gold 1, empty 0, a gold episode played through the tools, and every stored canary (at least 3 a
+    task) still failing on the gold patch at its own assertion and not passed by the base."""
+    require_backend(backend)
+    for task in rust_tasks.values():
+        result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
+        assert result.ok, (task.id, result.problems)
+        assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
+        assert result.canaries >= 3, task.id
+
+
+def forge_in_process(tree: Path) -> None:
+    """Leaves the bug, and ends every process that evaluates anything as libtest's passing run would."""
+    replace_in(
+        tree / "src/rpn.rs",
+        "pub fn eval(expr: &str) -> Result<i64, RpnError> {\n",
+        "pub fn eval(expr: &str) -> Result<i64, RpnError> {\n"
+        "    use std::io::Write; // libtest captures print!, not the stream itself\n"
+        '    let _ = std::io::stdout().write_all(b"test result: ok. 1 passed;\\n");\n'
+        "    std::process::exit(0);\n    #[allow(unreachable_code)]\n",
+    )
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_a_forger_in_the_test_process_scores_nothing(
+    backend: str, rust_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """Live without canaries (every test passes), caught beside them: reward 0 or less, tampering named."""
+    require_backend(backend)
+    task, config = rust_tasks[RPN], SandboxConfig(backend=backend)
+    patch = patched(task, tmp_path, forge_in_process)
+    live = grade_patch(task, patch, config, trial=[])
+    assert live.infra_error is None and live.correct == 1.0, live
+    graded = grade_patch(task, patch, config)
+    assert graded.reward <= 0.0 and graded.correct == 0.0
+    assert graded.tampering and any("canary" in t for t in graded.tampering)
+    assert set(graded.canaries.values()) == {"passed"}
+
+
+TREE_FORGERS: dict[str, Callable[[Path], None]] = {
+    ".cargo/config.toml": lambda tree: (
+        (tree / ".cargo").mkdir(),
+        (tree / ".cargo/config.toml").write_text(
+            '[target.x86_64-unknown-linux-gnu]\nrunner = "/repo/pass.sh"\n'
+            '[target.aarch64-unknown-linux-gnu]\nrunner = "/repo/pass.sh"\n'
+        ),
+        (tree / "pass.sh").write_text("#!/bin/sh\necho 'test result: ok. 1 passed;'\n"),
+        (tree / "pass.sh").chmod(0o755),
+    ),
+    "build.rs": lambda tree: (
+        (tree / "build.rs").write_text('fn main() { println!("cargo:rustc-cfg=forged"); }\n'),
+    ),
+    "Cargo.toml": lambda tree: replace_in(
+        tree / "Cargo.toml",
+        "[dependencies]\n",
+        '[dependencies]\n\n[[test]]\nname = "rpn_order"\npath = "src/lib.rs"\n',
+    ),
+    "tests/rpn_order.rs": lambda tree: (
+        (tree / "tests/rpn_order.rs").write_text(
+            "#[test]\nfn subtracts_in_written_order() {}\n#[test]\nfn nested_subtraction() {}\n"
+        ),
+    ),
+    "target/debug/deps/librpn.rlib": lambda tree: (
+        (tree / "target/debug/deps").mkdir(parents=True),
+        (tree / "target/debug/deps/librpn.rlib").write_text("!<arch>\n"),
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_runner_settings_and_outputs_in_the_tree_are_dropped(
+    backend: str, rust_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """Each tree forger leaves the bug and adds what would change how cargo builds or runs the tests: the
+    path is dropped with its reason, and the grade is the unfixed tree's (0)."""
+    require_backend(backend)
+    task, config = rust_tasks[RPN], SandboxConfig(backend=backend)
+    for path, edit in TREE_FORGERS.items():
+        graded = grade_patch(task, patched(task, tmp_path / path.replace("/", "_"), edit), config)
+        assert graded.infra_error is None, graded.infra_error
+        assert path in graded.dropped_why, (path, graded.dropped_why)
+        assert graded.correct == 0.0 and graded.reward <= 0.0, path
+
+
+def test_the_judge_applies_rust_rules(rust_tasks: dict[str, Task], tmp_path: Path) -> None:
+    task = rust_tasks[RPN]
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo, tree, ignore=shutil.ignore_patterns(".git"))
+    replace_in(tree / "src/rpn.rs", '"-" => right - left,', '"-" => left - right,')
+    for edit in TREE_FORGERS.values():
+        edit(tree)
+    judged = judge_tree(task.repo, tree, set(task.hidden_tests.files), language_of(task).dropped)
+    assert set(judged.kept) == {"src/rpn.rs", "pass.sh"}
+    assert judged.dropped[".cargo/config.toml"].startswith("a build script or cargo setting")
+    assert judged.dropped["build.rs"].startswith("a build script or cargo setting")
+    assert judged.dropped["tests/rpn_order.rs"] == "a hidden test path"
+    assert judge_tree(task.repo, tree, set(), language_of(task).dropped).dropped["tests/rpn_order.rs"] == (
+        "a test path or test setting"
+    )
+    assert judged.dropped["target/debug/deps/librpn.rlib"] == "a compiled or binary artefact"
+
+
+SOURCE = """use tally::rpn::eval;
+
+#[test]
+fn first() {
+    assert_eq!(eval("7 2 -"), Ok(5)); // "quoted ) paren" in a comment
+    let s = "a { brace";
+    assert!(s.len() == 9, "{}", 12);
+}
+
+#[test]
+#[should_panic]
+fn second() {
+    assert_eq!(
+        eval("1 0 /"),
+        Ok(10)
+    );
+}
+"""
+
+
+def test_tests_and_assertions_are_found_in_rust_source() -> None:
+    assert named_tests(SOURCE) == ["first", "second"]
+    spans = assertions_in(SOURCE, "first")
+    assert [line for _, _, line in spans] == [5, 7]
+    assert SOURCE[spans[0][0] : spans[0][1]] == 'assert_eq!(eval("7 2 -"), Ok(5))'
+    assert SOURCE[spans[1][0] : spans[1][1]] == 'assert!(s.len() == 9, "{}", 12)'
+    ((start, end, line),) = assertions_in(SOURCE, "second")
+    assert line == 13 and SOURCE[start:end].endswith("Ok(10)\n    )")
+    assert assertions_in(SOURCE, "third") == []
+
+
+def test_a_panic_is_placed_in_its_own_file() -> None:
+    old = "thread 'x' panicked at 'assertion failed: `(left == right)`', tests/test_ab12.rs:14:5\n"
+    new = "thread 'x' panicked at tests/test_ab12.rs:9:5:\nassertion `left == right` failed\n"
+    assert failure_line(old, "tests/test_ab12.rs") == [14]
+    assert failure_line(new, "tests/test_ab12.rs") == [9]
+    assert failure_line(old, "tests/test_ab.rs") == []
+
+
+def test_text_canaries_change_one_literal_of_one_assertion(rust_tasks: dict[str, Task]) -> None:
+    import random
+
+    task = rust_tasks[RPN]
+    found = text_canaries(language_of(task), task, random.Random(0))  # type: ignore[arg-type]
+    assert found and all(c.file == "tests/rpn_order.rs" and len(c.lines) == 1 for c in found)
+    real = task.hidden_tests.files["tests/rpn_order.rs"]
+    for canary in found:
+        changed = [
+            (a, b) for a, b in zip(real.splitlines(), canary.source.splitlines(), strict=True) if a != b
+        ]
+        assert len(changed) == 1 and canary.lines[0] == real.splitlines().index(changed[0][0]) + 1
+    assert {c.test for c in found[:4]} == {
+        "subtracts_in_written_order", "nested_subtraction", "divides_in_written_order", "division_by_zero_is_an_error"
+    }  # fmt: skip
+
+
+def test_every_copy_runs_under_a_fresh_name(rust_tasks: dict[str, Task]) -> None:
+    task = rust_tasks[RPN]
+    plan = plan_process_run(language_of(task), task, task.hidden_tests.canaries)  # type: ignore[arg-type]
+    paths = [str(t["path"]) for t in plan.targets]
+    assert len(set(paths)) == len(paths) == 2 + len(task.hidden_tests.canaries)  # rpn_order, basics, canaries
+    assert all(p.startswith("tests/test_") and p.endswith(".rs") for p in paths)
+    assert not any("rpn_order" in p or "basics" in p for p in paths)
+    assert set(plan.ids) == {*task.hidden_tests.fail_to_pass, *task.hidden_tests.pass_to_pass}
+
+
+def test_the_simplicity_term_reads_the_task_language(rust_tasks: dict[str, Task]) -> None:
+    """Rust's debug output and commented-out code are counted in a Rust task's diff; Python's are not."""
+    from envs.reward import RewardConfig, simplicity
+
+    task = rust_tasks[RPN]
+    patch = (
+        "diff --git a/src/rpn.rs b/src/rpn.rs\n--- a/src/rpn.rs\n+++ b/src/rpn.rs\n@@ -1,1 +1,5 @@\n"
+        " //! A postfix (reverse Polish) calculator over 64-bit integers.\n"
+        '+    dbg!(&stack);\n+    eprintln!("here {}", 1);\n+    // stack.push(left - right);\n+/// Documented.\n'
+    )
+    rust = simplicity(patch, task.gold_patch, {}, {}, RewardConfig(), language_of(task).style)
+    assert len(rust.debug_lines) == 2 and rust.commented_code_lines == ["    // stack.push(left - right);"]
+    python = simplicity(patch, task.gold_patch, {}, {}, RewardConfig())
+    assert python.debug_lines == [] and python.commented_code_lines == []
+
+
+FORGERS = Path(__file__).parents[1] / "data/forgers/rust"
+"""Patches of the first red team of the Rust grader (docs/reliability.md 5k), which scored 0.9 with every
+test passed and no tampering before copies ran the same tests and the writable folders were made again:
+`marker`: a test forges only where an earlier test of its copy ran (the real copy ran more tests than a
+canary's), with a panic hook that names every line of its file; `channel`: besides, files whose change
+times survived the restore carry a hash of the first test's body from copy to copy."""
+
+
+@pytest.mark.parametrize(
+    ("patch", "task_id"),
+    [("marker-rust-002.patch", RPN), ("channel-rust-004.patch", "rust-004-median-even-count")],
+)
+def test_the_red_teams_forgers_score_nothing(patch: str, task_id: str, rust_tasks: dict[str, Task]) -> None:
+    require_backend("bwrap")
+    task = rust_tasks[task_id]
+    for _ in range(2):
+        graded = grade_patch(task, (FORGERS / patch).read_text(), SandboxConfig(backend="bwrap"))
+        assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, graded.canaries
+
+
+def test_a_rebuild_makes_every_entry_again(tmp_path: Path) -> None:
+    """What a test touched and what it did not come back alike: contents, modes and times as taken, every
+    inode new, what it added gone."""
+    import os
+
+    from envs.grade_runner import Scratch
+
+    root = tmp_path / "root"
+    (root / "sub").mkdir(parents=True)
+    for name in ("a", "b", "sub/c"):
+        (root / name).write_text(name)
+    big = root / "big"
+    big.write_bytes(os.urandom(5 << 20))  # over what `restore` keeps
+    scratch = Scratch([str(root)], keep=1 << 30)
+    before = {p: os.lstat(root / p) for p in ("a", "b", "sub/c", "big", "sub")}
+    os.chmod(root / "a", 0o644)  # the same mode: only its change time moves
+    (root / "new").write_text("left behind")
+    big.write_bytes(b"x")
+    scratch.rebuild()
+    assert not (root / "new").exists() and big.stat().st_size == 5 << 20
+    for path, st in before.items():
+        now = os.lstat(root / path)
+        assert now.st_ino != st.st_ino, path
+        assert (now.st_mode, now.st_mtime_ns) == (st.st_mode, st.st_mtime_ns), path
+    assert (root / "sub/c").read_text() == "sub/c"
