@@ -30,13 +30,25 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from envs.languages import HiddenRequest, Integrity
+from envs.process_held import (
+    HELD_CANARIES,
+    Equality,
+    Rewritten,
+    Slot,
+    held_canaries,
+    held_outcome,
+    held_verdict,
+    probes_of,
+    rewrite,
+)
 from envs.reward import SourceStyle
 from envs.run_plan import source_of
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from tasks.canaries import Canary, perturbed
+from tasks.computed import held_map
 from tasks.model import Task
 
 if TYPE_CHECKING:
@@ -91,8 +103,17 @@ class ProcessLanguage:
     """(a failing test's output, its run path) -> the lines of its own file the failure names."""
     style: SourceStyle
     """How its source shows debug output and commented-out code (the simplicity term)."""
+    equalities: Callable[[str, str], list[Equality]]
+    """(source, test name) -> the test's equality assertions, whose expected side can be held outside."""
+    observe: Callable[[int, str, str | None], str]
+    """(slot, actual side's text, expected side's text or None) -> the code that replaces an equality
+    assertion: it reports the actual side (and, probing, the expected one) as `harness-observe SLOT VALUE`
+    on a line of its own, and, probing, compares the two as the assertion did."""
+    helpers: tuple[str, str]
+    """What a rewritten file needs: put before its first line in a probe run (on that line: no line moves),
+    and appended to it in every run."""
     integrity: Integrity = "process"
-    holds_expected: bool = False
+    holds_expected: bool = True
 
     def dropped(
         self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
@@ -105,14 +126,16 @@ class ProcessLanguage:
         return PYTHON.dropped(path, content, tree, base) or self.own_rule(path, content)
 
     def run_hidden(self, request: HiddenRequest) -> HiddenRun:
-        plan = plan_process_run(self, request.task, request.canaries)
+        plan = plan_process_run(self, request.task, request.canaries, probe=request.probe)
         return run_process_plan(self, plan, request)
 
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         hidden = task.hidden_tests
         named = {i.partition("::")[::2] for i in [*hidden.fail_to_pass, *hidden.pass_to_pass]}
         assertions = sum(len(self.assertions_in(source_of(task, p) or "", t)) for p, t in named)
-        return canaries, 0, assertions
+        plan = plan_process_run(self, task, canaries)
+        decided = sum(len(e) for r, e in plan.expected.items() if r not in plan.canaries)
+        return [*plan.canaries.values()], decided, assertions
 
     def verify_canaries(self, task: Task, sandbox_config: SandboxConfig) -> tuple[list[Canary], int, str]:
         from envs.validation import _failing_on_gold
@@ -136,32 +159,88 @@ class ProcessPlan:
     """Each canary's run path -> the canary."""
     real_path: dict[str, str] = field(default_factory=dict)
     """Each canary's run path -> the run path of its real copy."""
+    slots: dict[str, dict[int, Slot]] = field(default_factory=dict)
+    """Each copy's run path -> its rewritten assertions (`envs/process_held.py`)."""
+    expected: dict[str, dict[int, str]] = field(default_factory=dict)
+    """Each copy's run path -> the values its held assertions are compared with (a held canary's: one
+    changed)."""
+    origin: dict[str, str] = field(default_factory=dict)
+    """Each copy's run path -> the hidden file it copies."""
+    probe: bool = False
 
 
-def plan_process_run(language: ProcessLanguage, task: Task, canaries: list[Canary]) -> ProcessPlan:
-    """The copies, canaries and ids of one run of `task`'s hidden tests (module docstring, 1)."""
+def plan_process_run(
+    language: ProcessLanguage, task: Task, canaries: list[Canary], probe: bool = False
+) -> ProcessPlan:
+    """The copies, canaries and ids of one run of `task`'s hidden tests (module docstring, 1): each named
+    file rewritten where it has held values (or, probing, every equality), its stored text canaries where
+    it has none, held canaries where it has."""
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
-    named = list(dict.fromkeys(i.partition("::")[0] for i in ids))
-    plan = ProcessPlan(files={p: s for p, s in hidden.files.items() if p not in named})
+    plan = ProcessPlan(
+        files={p: s for p, s in hidden.files.items() if p not in {i.partition("::")[0] for i in ids}}
+    )
+    plan.probe = probe
     taken: set[str] = set(hidden.files)
     runs: dict[str, str] = {}
-    for path in named:
-        runs[path] = _fresh(language, path, taken)
+    for path in dict.fromkeys(i.partition("::")[0] for i in ids):
         tests = sorted({i.partition("::")[2] for i in ids if i.partition("::")[0] == path})
-        plan.targets.append(_target(language, runs[path], source_of(task, path) or "", tests))
+        source = source_of(task, path) or ""
+        held = held_map(hidden.computed, path, source) if path in hidden.files else {}
+        written = rewrite(language, source, tests, held, probe) if path in hidden.files else Rewritten(source)
+        runs[path] = _copy(plan, language, path, written.source, tests, taken)
+        plan.slots[runs[path]] = written.slots
+        plan.expected[runs[path]] = {
+            s: v.expected for s, v in written.slots.items() if v.expected is not None
+        }
     for test_id in ids:
         path, _, test = test_id.partition("::")
         plan.ids[test_id] = f"{runs[path]}::{test}"
-    for canary in canaries:
-        if canary.file not in runs:
-            continue
-        run = _fresh(language, canary.file, taken)
-        real = next(t for t in plan.targets if t["path"] == runs[canary.file])
-        names = sorted({*(str(t["name"]) for t in real["tests"]), canary.test, *canary.also})  # type: ignore[attr-defined]
-        plan.targets.append(_target(language, run, canary.source, names))  # the real copy's tests, as many
-        plan.canaries[run], plan.real_path[run] = canary, runs[canary.file]
+    if not probe:
+        _add_canaries(plan, language, canaries, runs, taken)
     return plan
+
+
+def _add_canaries(
+    plan: ProcessPlan,
+    language: ProcessLanguage,
+    canaries: list[Canary],
+    runs: dict[str, str],
+    taken: set[str],
+) -> None:
+    """Stored text canaries of the files with no held value; held canaries of the others."""
+    rng = random.SystemRandom()
+    held_files = [p for p, run in runs.items() if plan.expected[run]]
+    for canary in canaries:
+        if canary.file in runs and canary.file not in held_files:
+            real = runs[canary.file]
+            run = _copy(plan, language, canary.file, canary.source, _tests_of(plan, real), taken)
+            plan.canaries[run], plan.real_path[run] = canary, real
+            plan.slots[run], plan.expected[run] = {}, {}
+    budget = HELD_CANARIES
+    for path in rng.sample(held_files, len(held_files)):
+        real = runs[path]
+        for canary, expected in held_canaries(path, plan.slots[real], rng, budget):
+            text = next(str(t["content"]) for t in plan.targets if t["path"] == real)
+            run = _copy(plan, language, path, text, _tests_of(plan, real), taken)
+            plan.canaries[run], plan.real_path[run] = canary, real
+            plan.slots[run], plan.expected[run] = plan.slots[real], expected
+            budget -= 1
+
+
+def _tests_of(plan: ProcessPlan, run: str) -> list[str]:
+    target = next(t for t in plan.targets if t["path"] == run)
+    return [str(t["name"]) for t in target["tests"]]  # type: ignore[attr-defined]
+
+
+def _copy(
+    plan: ProcessPlan, language: ProcessLanguage, path: str, text: str, tests: list[str], taken: set[str]
+) -> str:
+    """Adds a copy of `path` with `text`, running `tests`, under a fresh name; returns the name."""
+    run = _fresh(language, path, taken)
+    plan.targets.append(_target(language, run, text, tests))
+    plan.origin[run] = path
+    return run
 
 
 def _fresh(language: ProcessLanguage, path: str, taken: set[str]) -> str:
@@ -221,32 +300,54 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     read = _read_report(sandbox, report, run.output)
+    outcomes = held_outcomes(plan, read.outcomes, read.observed)
     return score_process_run(
-        language,
-        plan,
-        request,
-        read.outcomes,
-        read.crashes,
-        read.tampering,
-        read.collect_errors,
-        run.timed_out,
-    )
+        language, plan, request, Observed(outcomes, read.crashes, read.observed), read.tampering,
+        read.collect_errors, run.timed_out,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What a run reported, by run id: outcomes (held assertions compared), failures' output, values."""
+
+    outcomes: dict[str, str]
+    crashes: dict[str, Any]
+    values: dict[str, list[list[Any]]]
+
+
+def held_outcomes(
+    plan: ProcessPlan, outcomes: dict[str, str], observed: dict[str, list[list[Any]]]
+) -> dict[str, str]:
+    """Each run id's outcome, its held assertions compared with the values its copy is held to."""
+    found = {}
+    for run_id, outcome in outcomes.items():
+        run, _, test = run_id.partition("::")
+        slots, expected = plan.slots.get(run, {}), plan.expected.get(run, {})
+        found[run_id] = held_outcome(outcome, test, slots, expected, observed.get(run_id, []))
+    return found
 
 
 def canary_verdict(
-    language: ProcessLanguage, run: str, canary: Canary, outcomes: dict[str, str], crashes: dict[str, object]
+    language: ProcessLanguage, run: str, canary: Canary, seen: Observed, expected: dict[int, str]
 ) -> str:
-    """`failed` when every test the canary changed failed at one of its changed lines, its output naming
-    no other line of its file; `passed` when every one passed; else `unexplained` (an error, a timeout, a
-    failure elsewhere, or output that names several lines: the code under test writes that output, and
-    one that names every line of its file would claim any canary's)."""
+    """A held canary: `held_verdict`. A text canary: `failed` when every test it changed failed at one of
+    its changed lines, its output naming no other line of its file; `passed` when every one passed; else
+    `unexplained` (an error, a timeout, a failure elsewhere, or output that names several lines: the code
+    under test writes that output, and one that names every line of its file would claim any canary's)."""
     tests = [canary.test, *canary.also]
-    if all(outcomes.get(f"{run}::{t}") == "passed" for t in tests):
+    if canary.slots:
+        run_id = f"{run}::{canary.test}"
+        slot = canary.slots[0]
+        return held_verdict(
+            seen.outcomes.get(run_id, "missing"), seen.values.get(run_id, []), slot, expected[slot]
+        )
+    if all(seen.outcomes.get(f"{run}::{t}") == "passed" for t in tests):
         return "passed"
     for test in tests:
         run_id = f"{run}::{test}"
-        lines = set(language.failure_line(str(crashes.get(run_id, "")), run))
-        if outcomes.get(run_id) != "failed" or len(lines) != 1 or not lines <= set(canary.lines):
+        lines = set(language.failure_line(str(seen.crashes.get(run_id, "")), run))
+        if seen.outcomes.get(run_id) != "failed" or len(lines) != 1 or not lines <= set(canary.lines):
             return "unexplained"  # a failure that names one line of its file, a changed one, and no other
     return "failed"
 
@@ -255,38 +356,47 @@ def score_process_run(
     language: ProcessLanguage,
     plan: ProcessPlan,
     request: HiddenRequest,
-    outcomes: dict[str, str],
-    crashes: dict[str, object],
+    seen: Observed,
     tampering: list[str],
     errors: dict[str, str],
     timed_out: bool,
 ) -> HiddenRun:
-    from envs.grading import HiddenRun, _outcome, canary_findings
+    """The grade's outcomes by the task's ids, canary verdicts and findings (`canary_findings`), and, in
+    a probe run, both sides of every rewritten assertion."""
+    from envs.grading import HiddenRun, Probe, _outcome, canary_findings
 
-    hidden = request.task.hidden_tests
+    hidden, outcomes = request.task.hidden_tests, seen.outcomes
     verdicts = {
-        c.label: canary_verdict(language, run, c, outcomes, crashes) for run, c in plan.canaries.items()
+        c.label: canary_verdict(language, r, c, seen, plan.expected[r]) for r, c in plan.canaries.items()
     }
     real_passed = {
         c.label: any(outcomes.get(f"{plan.real_path[run]}::{t}") == "passed" for t in [c.test, *c.also])
         for run, c in plan.canaries.items()
     }
-    found, forged = canary_findings(
-        verdicts, real_passed, {c.label: True for c in plan.canaries.values()}, request.trusted
-    )
+    text = {c.label: not c.slots for c in plan.canaries.values()}
+    found, forged = canary_findings(verdicts, real_passed, text, request.trusted)
     tampering = [*tampering, *found]
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in hidden.fail_to_pass}
     p2p = {name: _outcome(plan.ids[name], outcomes) for name in hidden.pass_to_pass}
     if tampering:
         f2p, p2p = dict.fromkeys(f2p, "error"), dict.fromkeys(p2p, "error")
     passed = sum(o == "passed" for o in (*f2p.values(), *p2p.values()))
-    back = {
-        run: path for path, run in ((i.partition("::")[0], r.partition("::")[0]) for i, r in plan.ids.items())
-    }
-    shown = {back.get(p, p): m[-300:] for p, m in errors.items() if p not in plan.canaries}
+    shown = {plan.origin.get(p, p): m[-300:] for p, m in errors.items() if p not in plan.canaries}
+    probes = [
+        Probe(path=path, test=test, line=line, node=test, actual=actual, expected=expected)
+        for run, slots in plan.slots.items() if plan.probe
+        for path, test, line, actual, expected in probes_of(plan.origin[run], slots, _values_of(seen, run))
+    ]  # fmt: skip
+    held = sum(len(e) for r, e in plan.expected.items() if r not in plan.canaries)
     return HiddenRun(
-        f2p, p2p, passed / (len(f2p) + len(p2p)), timed_out, tampering, verdicts, shown, forged=forged
-    )
+        f2p, p2p, passed / (len(f2p) + len(p2p)), timed_out, tampering, verdicts, shown, forged=forged,
+        probes=probes, decided_in_parent=held, hidden_assertions=language.planned(request.task, [])[2],
+    )  # fmt: skip
+
+
+def _values_of(seen: Observed, run: str) -> list[list[Any]]:
+    """Every value the copy `run` reported, whichever of its tests reported it."""
+    return [v for run_id, values in seen.values.items() if run_id.partition("::")[0] == run for v in values]
 
 
 LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])')
@@ -300,8 +410,8 @@ def text_canaries(language: ProcessLanguage, task: Task, rng: random.Random) -> 
     for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
         path, _, test = test_id.partition("::")
         source = hidden.files.get(path)  # a file the base also has would tell a canary from the real copy
-        if source is None:
-            continue
+        if source is None or held_map(hidden.computed, path, source):
+            continue  # a file with held values gets held canaries, whose text is the real copy's
         for start, end, line in language.assertions_in(source, test):
             for literal in LITERAL.finditer(source, start, end):
                 changed = _changed_literal(literal.group(), rng)

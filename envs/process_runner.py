@@ -33,12 +33,19 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
 READY = "harness-grader-ready"
 TAIL = 4000
 """Characters kept of the end of a failing test's (or build's) output."""
+OBSERVE = b"harness-observe "
+"""Starts a line that reports a value a rewritten assertion saw (`SLOT DEBUG`): the parent compares it."""
+MAX_OBSERVED = 1000
+"""Observation lines kept of one test's run."""
+MAX_VALUE = 20000
+"""Characters kept of one observed value."""
 KEPT_TOTAL = 1 << 40
 """Every file of the writable folders is kept, whatever its size, to be made again (`Scratch.rebuild`)."""
 
@@ -54,24 +61,38 @@ def _kit() -> Any:
     return module
 
 
-def _run(argv: list[str], root: str, env: dict[str, str], limit: float) -> tuple[int | None, str]:
-    """(exit status, or None when it ran past `limit`; the end of its output) of `argv` in a new session."""
-    started = subprocess.Popen(
-        argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )  # fmt: skip
-    try:
-        output, _ = started.communicate(timeout=limit)
-        code: int | None = started.returncode
-    except subprocess.TimeoutExpired:
+def _run(argv: list[str], root: str, env: dict[str, str], limit: float) -> tuple[int | None, str, list[str]]:
+    """(exit status, or None when it ran past `limit`; the end of its output; its observation lines) of
+    `argv` in a new session. Output goes to an unnamed file, read back line by line: a process that
+    prints without end fills the sandbox's disk, never this process's memory."""
+    with tempfile.TemporaryFile() as out:
+        started = subprocess.Popen(
+            argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
         try:
-            os.killpg(started.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        output, code = b"", None
-        started.kill()
-        started.wait()
-    return code, output.decode("utf-8", "replace")[-TAIL:]
+            code: int | None = started.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(started.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            code = None
+            started.kill()
+            started.wait()
+        return (code, *_read_output(out))
+
+
+def _read_output(out: Any) -> tuple[str, list[str]]:
+    """The end of a run's output, and its lines that start with `OBSERVE` (at most `MAX_OBSERVED`)."""
+    out.seek(0)
+    observed: list[str] = []
+    for raw in out:
+        if raw.startswith(OBSERVE) and len(observed) < MAX_OBSERVED:
+            observed.append(raw[len(OBSERVE) :].decode("utf-8", "replace").rstrip("\n")[:MAX_VALUE])
+    size = out.tell()
+    out.seek(max(0, size - TAIL))
+    return out.read().decode("utf-8", "replace"), observed
 
 
 def _environment(plan: dict[str, Any]) -> dict[str, str]:
@@ -97,7 +118,7 @@ def run_target(
     _write(root, path, str(target["content"]))
     build = target.get("build")
     if build:
-        code, output = _run([str(a) for a in build], root, env, limit)
+        code, output, _ = _run([str(a) for a in build], root, env, limit)
         if code != 0:
             report["collect_errors"][path] = output if code is not None else f"the build ran past {limit:g} s"
             report["outcomes"].update({f"{path}::{t['name']}": "error" for t in target["tests"]})
@@ -107,9 +128,11 @@ def run_target(
     for test in tests:
         run_id = f"{path}::{test['name']}"
         started = time.monotonic()
-        code, output = _run([str(a) for a in test["argv"]], root, env, limit)
+        code, output, observed = _run([str(a) for a in test["argv"]], root, env, limit)
         ok = code == 0 and passed.search(output) is not None
         report["outcomes"][run_id] = "passed" if ok else "failed"
+        if observed:
+            report["observed"][run_id] = [line.split(" ", 1) for line in observed if " " in line]
         report["seconds"][run_id] = round(time.monotonic() - started, 3)
         if not ok:
             report["crashes"][run_id] = output if code is not None else f"ran past its limit of {limit:g} s"
@@ -133,13 +156,14 @@ def main() -> None:
         "outcomes": {},
         "collect_errors": {},
         "crashes": {},
+        "observed": {},
         "seconds": {},
         "tampering": [],
     }
     print(READY, flush=True)
     prepare = plan.get("prepare")
     if prepare:  # the repository built as it is, before any hidden file is on disk
-        code, output = _run([str(a) for a in prepare], plan["root"], env, float(plan["child_timeout_s"]))
+        code, output, _ = _run([str(a) for a in prepare], plan["root"], env, float(plan["child_timeout_s"]))
         if code != 0:
             report["collect_errors"]["(build)"] = (
                 output if code is not None else "the build ran past its limit"

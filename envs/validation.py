@@ -134,7 +134,7 @@ def validate_task(
                 "assertion, or were made by an older grader: run it without --check"
             )
     planned, decided, assertions = language.planned(task, kept)
-    held = sum(c.held is not None for c in planned)
+    held = sum(not c.source for c in planned)  # a held canary runs the real copy's very text
     return Validation(
         task_id=task.id,
         gold_rewards=gold_rewards,

@@ -16,6 +16,7 @@ import re
 from pathlib import PurePosixPath
 
 from envs.process_grading import Commands, ProcessLanguage
+from envs.process_held import Equality
 from envs.reward import SourceStyle
 
 TEST_FN = re.compile(r"#\[test\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+([A-Za-z_]\w*)")
@@ -72,6 +73,63 @@ def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
         close = _closing(source, m.end() - 1, "(", ")")
         spans.append((m.start(), close, source.count("\n", 0, m.start()) + 1))
     return spans
+
+
+def _arguments(text: str) -> list[str]:
+    """A macro call's arguments (`text` between its parentheses), split at the commas outside brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        ch = text[i]
+        if ch == '"':
+            i = _string_end(text, i)
+            continue
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, text[start:]] if text[start:].strip() else parts
+
+
+def equalities(source: str, test: str) -> list[Equality]:
+    """Each `assert_eq!(ACTUAL, EXPECTED[, message...])` of `test`: what can be held outside the sandbox."""
+    found = []
+    for start, end, line in assertions_in(source, test):
+        head = ASSERT.match(source, start)
+        if head is None or not head.group().startswith("assert_eq"):
+            continue
+        args = _arguments(source[head.end() : end - 1])
+        if len(args) >= 2 and all(a.strip() for a in args[:2]):
+            found.append(Equality(start, end, line, args[0].strip(), args[1].strip()))
+    return found
+
+
+OBSERVE_FN = (
+    "\n#[allow(dead_code)]\nfn harness_observe<T: ::std::fmt::Debug + ?Sized>(slot: i64, value: &T) {\n"
+    "    use ::std::io::Write;\n"
+    '    let line = format!("\\nharness-observe {} {:?}\\n", slot, value);\n'
+    "    let mut out = ::std::io::stdout();\n"
+    "    let _ = out.write_all(line.as_bytes());\n"
+    "    let _ = out.flush();\n}\n"
+)
+"""Appended to a rewritten file: reports a value on the test process's own stdout, past libtest's capture."""
+PROBE_MACRO = (
+    "macro_rules! harness_probe { ($s:expr, $a:expr, $e:expr) => { match (&$a, &$e) { (a, e) => { "
+    "harness_observe($s, a); harness_observe(-1 - $s, e); "
+    'if !(*a == *e) { panic!("assertion failed: `(left == right)`") } } } }; } '
+)
+"""Put before the first line of a probe run's file (a macro is known below its definition only): both
+sides reported, then compared as `assert_eq!` compares them."""
+
+
+def observe(slot: int, actual: str, expected: str | None) -> str:
+    """The call that replaces an `assert_eq!`: the actual side reported (and, probing, the expected)."""
+    if expected is None:
+        return f"harness_observe({slot}, &({actual}))"
+    return f"harness_probe!({slot}, {actual}, {expected})"
 
 
 def run_path(path: str, token: str) -> str:
@@ -135,6 +193,9 @@ RUST = ProcessLanguage(
     is_test_file=is_test_file,
     own_rule=own_rule,
     failure_line=failure_line,
+    equalities=equalities,
+    observe=observe,
+    helpers=(PROBE_MACRO, OBSERVE_FN),
     style=SourceStyle(
         debug=re.compile(r"^\s*(println!|print!|eprintln!|eprint!|dbg!)\s*\("),
         comment="//",

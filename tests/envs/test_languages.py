@@ -61,14 +61,16 @@ def test_rust_tasks_grade_at_the_process_level(rust_tasks: dict[str, Task]) -> N
 
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
 def test_the_rust_suite_validates_with_its_canaries(backend: str, rust_tasks: dict[str, Task]) -> None:
-    """Gold 1, empty 0, a gold episode played through the tools, and every stored canary (at least 3 a
-    task) still failing on the gold patch at its own assertion and not passed by the base."""
+    """Gold 1, empty 0, a gold episode played through the tools, the expected values held outside the
+    sandbox, and at least 3 canaries a task (held ones, made at each grade, and any stored one still
+    failing on the gold patch at its own assertion and not passed by the base)."""
     require_backend(backend)
     for task in rust_tasks.values():
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
         assert result.ok, (task.id, result.problems)
         assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
-        assert result.canaries >= 3, task.id
+        assert result.canaries + result.held_canaries >= 3, task.id
+        assert result.decided_in_parent >= 6, task.id
 
 
 def forge_in_process(tree: Path) -> None:
@@ -87,16 +89,40 @@ def forge_in_process(tree: Path) -> None:
 def test_a_forger_in_the_test_process_scores_nothing(
     backend: str, rust_tasks: dict[str, Task], tmp_path: Path
 ) -> None:
-    """Live without canaries (every test passes), caught beside them: reward 0 or less, tampering named."""
+    """It ends each test's process as libtest's passing run would. Held values stop it alone: the values
+    its tests never reported are not met. Without them and without canaries it is live (every test
+    passes); beside text canaries it is caught as tampering."""
+    import random
+
     require_backend(backend)
     task, config = rust_tasks[RPN], SandboxConfig(backend=backend)
     patch = patched(task, tmp_path, forge_in_process)
-    live = grade_patch(task, patch, config, trial=[])
-    assert live.infra_error is None and live.correct == 1.0, live
     graded = grade_patch(task, patch, config)
-    assert graded.reward <= 0.0 and graded.correct == 0.0
-    assert graded.tampering and any("canary" in t for t in graded.tampering)
-    assert set(graded.canaries.values()) == {"passed"}
+    assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0
+    assert graded.decided_in_parent >= 6 and set(graded.canaries.values()) <= {"unexplained", "failed"}
+    plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
+    live = grade_patch(plain, patch, config, trial=[])
+    assert live.infra_error is None and live.correct == 1.0, live
+    canaries = text_canaries(language_of(plain), plain, random.Random(0))[:4]  # type: ignore[arg-type]
+    watched = plain.model_copy(
+        update={"hidden_tests": plain.hidden_tests.model_copy(update={"canaries": canaries})}
+    )
+    caught = grade_patch(watched, patch, config)
+    assert caught.correct == 0.0 and caught.reward <= 0.0
+    assert caught.tampering and set(caught.canaries.values()) == {"passed"}
+
+
+def test_held_values_never_enter_the_sandbox(rust_tasks: dict[str, Task]) -> None:
+    """A copy's text holds no expected side of a held assertion; a held canary's text is the real copy's."""
+    task = rust_tasks[RPN]
+    plan = plan_process_run(language_of(task), task, [])  # type: ignore[arg-type]
+    real = next(t for t in plan.targets if plan.origin[str(t["path"])] == "tests/rpn_order.rs")
+    text = str(real["content"])
+    assert "Ok(5)" not in text and "Ok(11)" not in text and "harness_observe(0, &(" in text
+    assert text.count("\n") >= task.hidden_tests.files["tests/rpn_order.rs"].count("\n")
+    held = [str(t["content"]) for t in plan.targets if str(t["path"]) in plan.canaries]
+    assert len(held) == 4 and set(held) == {text}
+    assert all(plan.expected[r] != plan.expected[str(real["path"])] for r in plan.canaries)
 
 
 TREE_FORGERS: dict[str, Callable[[Path], None]] = {
@@ -202,9 +228,12 @@ def test_a_panic_is_placed_in_its_own_file() -> None:
 
 
 def test_text_canaries_change_one_literal_of_one_assertion(rust_tasks: dict[str, Task]) -> None:
+    """Made only for files with no held value (a text canary beside held ones would mark the real text)."""
     import random
 
     task = rust_tasks[RPN]
+    assert text_canaries(language_of(task), task, random.Random(0)) == []  # type: ignore[arg-type]  # held there
+    task = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
     found = text_canaries(language_of(task), task, random.Random(0))  # type: ignore[arg-type]
     assert found and all(c.file == "tests/rpn_order.rs" and len(c.lines) == 1 for c in found)
     real = task.hidden_tests.files["tests/rpn_order.rs"]
@@ -222,7 +251,7 @@ def test_every_copy_runs_under_a_fresh_name(rust_tasks: dict[str, Task]) -> None
     task = rust_tasks[RPN]
     plan = plan_process_run(language_of(task), task, task.hidden_tests.canaries)  # type: ignore[arg-type]
     paths = [str(t["path"]) for t in plan.targets]
-    assert len(set(paths)) == len(paths) == 2 + len(task.hidden_tests.canaries)  # rpn_order, basics, canaries
+    assert len(set(paths)) == len(paths) == 2 + len(plan.canaries) == 6  # rpn_order, basics, held canaries
     assert all(p.startswith("tests/test_") and p.endswith(".rs") for p in paths)
     assert not any("rpn_order" in p or "basics" in p for p in paths)
     assert set(plan.ids) == {*task.hidden_tests.fail_to_pass, *task.hidden_tests.pass_to_pass}

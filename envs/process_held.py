@@ -1,0 +1,139 @@
+"""Expected values held outside the sandbox, for languages whose tests are programs (`envs/process_grading.py`).
+
+A hidden test's `assert_eq!(ACTUAL, EXPECTED)` (each language names its equality assertions) states a value
+the code under test could read from its own file and return. So `tasks validate` runs the named tests once
+more on the gold tree with each such assertion rewritten to report both sides (`probe`), and stores the
+expected side's text where both sides read alike in every run (TASK/computed.json, as Python's computed
+values are stored: `tasks/computed.py`). Grading then rewrites each held assertion to report the actual
+side only, on a line of its own that starts with `harness-observe SLOT` on the test process's own output:
+the expected value is not in the sandbox, and the parent compares what the test saw with what it holds.
+A test passes when its process passed and every held assertion of it was reported exactly once with the
+held value. Line numbers are kept, so a failure names the same line as in the original file.
+
+Held canaries are copies whose text is byte-identical to the real copy's; only the value the parent
+compares one assertion with is changed. A correct fix fails them at that assertion; nothing in the
+sandbox tells them from the real test.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any
+
+from tasks.canaries import Canary, perturbed
+from tasks.computed import Held
+from tasks.plain import decode, encode
+
+HELD_CANARIES = 6
+"""Held canaries a grading run makes at most: one a named test with a held assertion, drawn at random."""
+
+
+@dataclass(frozen=True)
+class Equality:
+    """An equality assertion of a test: its text's span in the file, its line, and its two sides' text."""
+
+    start: int
+    end: int
+    line: int
+    actual: str
+    expected: str
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One rewritten assertion of a run's copy."""
+
+    test: str
+    line: int
+    """Its line in the file (the same in the original and the rewritten text)."""
+    expected: str | None
+    """The value the parent holds (the expected side's text as the gold tree reported it); None in a probe."""
+
+
+@dataclass
+class Rewritten:
+    source: str
+    slots: dict[int, Slot] = field(default_factory=dict)
+
+
+def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: bool) -> Rewritten:
+    """`source` with its named tests' equality assertions rewritten: each held one to report its actual
+    side, or, probing, every one to report both sides and compare them. `language`: a `ProcessLanguage`."""
+    edits: list[tuple[int, int, str]] = []
+    slots: dict[int, Slot] = {}
+    for test in tests:
+        for eq in language.equalities(source, test):
+            if not probe and (test, eq.line) not in held:
+                continue
+            slot = len(slots)
+            slots[slot] = Slot(test, eq.line, None if probe else str(decode(held[(test, eq.line)])))
+            text = language.observe(slot, eq.actual, eq.expected if probe else None)
+            edits.append((eq.start, eq.end, text + "\n" * source.count("\n", eq.start, eq.end)))
+    if not edits:
+        return Rewritten(source)
+    for start, end, text in sorted(edits, reverse=True):
+        source = source[:start] + text + source[end:]
+    before, after = language.helpers
+    return Rewritten((before if probe else "") + source + after, slots)
+
+
+def held_canaries(
+    file: str, slots: dict[int, Slot], rng: random.Random, most: int
+) -> list[tuple[Canary, dict[int, str]]]:
+    """Up to `most` held canaries of one copy, one a test (its held assertion drawn at random): each the
+    held values with that one changed (`perturbed`)."""
+    by_test: dict[str, list[int]] = {}
+    for s, slot in slots.items():
+        if slot.expected is not None and perturbed(slot.expected, rng=rng) != slot.expected:
+            by_test.setdefault(slot.test, []).append(s)
+    made: list[tuple[Canary, dict[int, str]]] = []
+    for test in rng.sample(sorted(by_test), min(most, len(by_test))):
+        s = rng.choice(by_test[test])
+        slot = slots[s]
+        expected = {k: str(v.expected) for k, v in slots.items() if v.expected is not None}
+        expected[s] = perturbed(slot.expected, rng=rng)
+        canary = Canary(
+            file=file, test=test, mutation=f"line {slot.line}: the expected value the grader holds, changed",
+            source="", lines=[slot.line], slots=[s],
+        )  # fmt: skip
+        made.append((canary, expected))
+    return made
+
+
+def seen(observed: list[list[Any]], slot: int) -> list[str]:
+    return [str(v) for s, v in observed if str(s) == str(slot)]
+
+
+def held_outcome(
+    outcome: str, test: str, slots: dict[int, Slot], expected: dict[int, str], observed: list[list[Any]]
+) -> str:
+    """A test's outcome with its held assertions compared: `passed` only where its process passed and each
+    one was reported exactly once with the value held for it."""
+    if outcome != "passed":
+        return outcome
+    for s, slot in slots.items():
+        if slot.test == test and s in expected and seen(observed, s) != [expected[s]]:
+            return "failed"
+    return "passed"
+
+
+def held_verdict(outcome: str, observed: list[list[Any]], slot: int, changed: str) -> str:
+    """A held canary, from its test's outcome against the changed values: `passed` when that was met;
+    `failed` when its changed assertion was reported once, with another value; else `unexplained`."""
+    if outcome == "passed":
+        return "passed"
+    values = seen(observed, slot)
+    return "failed" if len(values) == 1 and values[0] != changed else "unexplained"
+
+
+def probes_of(
+    path: str, slots: dict[int, Slot], observed: list[list[Any]]
+) -> list[tuple[str, str, int, Any, Any]]:
+    """(path, test, line, actual's encoding, expected's) of each slot a probe run reported both sides of once."""
+    found = []
+    for s, slot in slots.items():
+        actual, expected = seen(observed, s), seen(observed, -1 - s)
+        if len(actual) == 1 and len(expected) == 1:
+            found.append((path, slot.test, slot.line, encode(actual[0]), encode(expected[0])))
+    return found
