@@ -66,7 +66,7 @@ KEPT = 6
 @dataclass(frozen=True)
 class Commands:
     """A language's commands in the grading sandbox. `{grader}` is the grader's folder, `{stem}` a run
-    file's name without its suffix, `{test}` a test's name."""
+    file's name without its suffix, `{dir}` its folder, `{test}` a test's name."""
 
     prepare: list[str]
     """Builds the repository as it is, before any hidden file is written ([] for none)."""
@@ -76,6 +76,8 @@ class Commands:
     """Runs one test alone: exit status 0 and `passed` in its output when it passed."""
     passed: str
     """A regular expression the output of a passing run matches: exactly one test ran, and passed."""
+    cwd: str = ""
+    """Where a test runs, relative to the repository (`{dir}`: the copy's folder); '' the repository."""
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -109,9 +111,11 @@ class ProcessLanguage:
     """(slot, actual side's text, expected side's text or None) -> the code that replaces an equality
     assertion: it reports the actual side (and, probing, the expected one) as `harness-observe SLOT VALUE`
     on a line of its own, and, probing, compares the two as the assertion did."""
-    helpers: tuple[str, str]
-    """What a rewritten file needs: put before its first line in a probe run (on that line: no line moves),
-    and appended to it in every run."""
+    decorate: Callable[[str, bool], tuple[str, str]]
+    """(a rewritten file's text, probing) -> (the text with what its rewritten assertions call, on its
+    first line or after its last: no line moves; the text of a helper file beside it, '' for none)."""
+    helper_path: Callable[[str], str]
+    """A copy's run path -> where its helper file goes."""
     integrity: Integrity = "process"
     holds_expected: bool = True
 
@@ -166,6 +170,8 @@ class ProcessPlan:
     changed)."""
     origin: dict[str, str] = field(default_factory=dict)
     """Each copy's run path -> the hidden file it copies."""
+    helpers: dict[str, str] = field(default_factory=dict)
+    """Each real copy's run path -> the text of its helper file ('' for none)."""
     probe: bool = False
 
 
@@ -188,7 +194,8 @@ def plan_process_run(
         source = source_of(task, path) or ""
         held = held_map(hidden.computed, path, source) if path in hidden.files else {}
         written = rewrite(language, source, tests, held, probe) if path in hidden.files else Rewritten(source)
-        runs[path] = _copy(plan, language, path, written.source, tests, taken)
+        runs[path] = _copy(plan, language, path, written.source, tests, taken, written.helper)
+        plan.helpers[runs[path]] = written.helper
         plan.slots[runs[path]] = written.slots
         plan.expected[runs[path]] = {
             s: v.expected for s, v in written.slots.items() if v.expected is not None
@@ -222,7 +229,7 @@ def _add_canaries(
         real = runs[path]
         for canary, expected in held_canaries(path, plan.slots[real], rng, budget):
             text = next(str(t["content"]) for t in plan.targets if t["path"] == real)
-            run = _copy(plan, language, path, text, _tests_of(plan, real), taken)
+            run = _copy(plan, language, path, text, _tests_of(plan, real), taken, plan.helpers[real])
             plan.canaries[run], plan.real_path[run] = canary, real
             plan.slots[run], plan.expected[run] = plan.slots[real], expected
             budget -= 1
@@ -234,11 +241,22 @@ def _tests_of(plan: ProcessPlan, run: str) -> list[str]:
 
 
 def _copy(
-    plan: ProcessPlan, language: ProcessLanguage, path: str, text: str, tests: list[str], taken: set[str]
+    plan: ProcessPlan,
+    language: ProcessLanguage,
+    path: str,
+    text: str,
+    tests: list[str],
+    taken: set[str],
+    helper: str = "",
 ) -> str:
-    """Adds a copy of `path` with `text`, running `tests`, under a fresh name; returns the name."""
+    """Adds a copy of `path` with `text` (and its helper file), running `tests`, under a fresh name, with
+    `path` itself removed while it runs (a test file of the base that the hidden one replaces); returns
+    the copy's name."""
     run = _fresh(language, path, taken)
-    plan.targets.append(_target(language, run, text, tests))
+    target = _target(language, run, text, tests)
+    target["remove"] = [path]
+    target["extra"] = {language.helper_path(run): helper} if helper else {}
+    plan.targets.append(target)
     plan.origin[run] = path
     return run
 
@@ -252,13 +270,19 @@ def _fresh(language: ProcessLanguage, path: str, taken: set[str]) -> str:
 
 
 def _target(language: ProcessLanguage, run: str, source: str, tests: list[str]) -> dict[str, object]:
-    stem = PurePosixPath(run).stem
+    stem, folder = PurePosixPath(run).stem, PurePosixPath(run).parent.as_posix()
+    values = {"stem": stem, "dir": folder}
     return {
         "path": run,
         "content": source,
-        "build": [_fill(a, stem=stem) for a in language.commands.build],
+        "build": [_fill(a, **values) for a in language.commands.build],
         "tests": [
-            {"name": t, "argv": [_fill(a, stem=stem, test=t) for a in language.commands.test]} for t in tests
+            {
+                "name": t,
+                "argv": [_fill(a, **values, test=t) for a in language.commands.test],
+                "cwd": _fill(language.commands.cwd, **values),
+            }
+            for t in tests
         ],
     }
 

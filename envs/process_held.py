@@ -55,6 +55,8 @@ class Slot:
 class Rewritten:
     source: str
     slots: dict[int, Slot] = field(default_factory=dict)
+    helper: str = ""
+    """A file written beside the copy that defines what its rewritten assertions call ('' for none)."""
 
 
 def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: bool) -> Rewritten:
@@ -74,8 +76,8 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
         return Rewritten(source)
     for start, end, text in sorted(edits, reverse=True):
         source = source[:start] + text + source[end:]
-    before, after = language.helpers
-    return Rewritten((before if probe else "") + source + after, slots)
+    text, helper = language.decorate(source, probe)
+    return Rewritten(text, slots, helper)
 
 
 def held_canaries(

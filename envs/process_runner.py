@@ -115,7 +115,12 @@ def run_target(
     """Writes `target`'s file, builds it, runs each of its tests alone; outcomes into `report`."""
     root, limit, path = plan["root"], float(plan["child_timeout_s"]), str(target["path"])
     passed = re.compile(str(plan["passed"]))
-    _write(root, path, str(target["content"]))
+    for gone in target.get("remove", []):  # the base's file a hidden one replaces (made again after)
+        full = os.path.join(root, str(gone))
+        if os.path.lexists(full) and not os.path.isdir(full):
+            os.unlink(full)
+    for extra, text in {**target.get("extra", {}), path: target["content"]}.items():
+        _write(root, str(extra), str(text))
     build = target.get("build")
     if build:
         code, output, _ = _run([str(a) for a in build], root, env, limit)
@@ -128,7 +133,8 @@ def run_target(
     for test in tests:
         run_id = f"{path}::{test['name']}"
         started = time.monotonic()
-        code, output, observed = _run([str(a) for a in test["argv"]], root, env, limit)
+        where = os.path.join(root, str(test.get("cwd") or "."))
+        code, output, observed = _run([str(a) for a in test["argv"]], where, env, limit)
         ok = code == 0 and passed.search(output) is not None
         report["outcomes"][run_id] = "passed" if ok else "failed"
         if observed:
