@@ -1,6 +1,6 @@
-# The sandbox image: Python, git, pytest, the language plug-ins' toolchains (rustc, cargo) and the in-sandbox
-# executor.
-# CI builds it offline on a debootstrapped Debian: docker build --build-arg BASE_IMAGE=harness-base:bookworm-langs .
+# The sandbox image: Python, git, pytest, the language plug-ins' toolchains (rustc and cargo, Go, a JDK with
+# Maven and JUnit) and the in-sandbox executor.
+# CI builds it offline on a debootstrapped Debian: docker build --build-arg BASE_IMAGE=harness-base:bookworm-langs2 .
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
@@ -8,8 +8,9 @@ FROM ${BASE_IMAGE}
 RUN command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git \
         && rm -rf /var/lib/apt/lists/*)
 RUN python3 -c "import pytest" 2>/dev/null || python3 -m pip install --no-cache-dir pytest
-RUN command -v cargo >/dev/null || (apt-get update && apt-get install -y --no-install-recommends rustc cargo \
-        && rm -rf /var/lib/apt/lists/*)
+RUN command -v cargo >/dev/null && command -v go >/dev/null && command -v mvn >/dev/null || (apt-get update \
+        && apt-get install -y --no-install-recommends rustc cargo golang-go default-jdk-headless maven junit4 junit5 \
+           libsurefire-java && rm -rf /var/lib/apt/lists/*)
 RUN (getent passwd 1000 >/dev/null || (echo "agent:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd \
         && echo "agent:x:1000:" >> /etc/group)) \
     && mkdir -p /repo /opt/pristine /opt/harness /run \

@@ -202,20 +202,103 @@ def close_all() -> None:
             pass
 
 
+_handling = False
+"""The main thread is in `_on_signal`: a nudge, or another signal, meanwhile leaves the closing to it."""
+_entered = threading.Event()
+"""Set as `_on_signal` starts: the main thread has run the handler of the signal it was nudged for."""
+_wakeup: tuple[int, int] | None = None
+"""The pipe the interpreter writes each caught signal's number to (`signal.set_wakeup_fd`), if ours."""
+NUDGE_S = 0.05
+
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
-    closing.set()
-    close_all()
-    signal.signal(signum, signal.SIG_DFL)
-    if signum == signal.SIGINT:
-        raise KeyboardInterrupt
-    os.kill(os.getpid(), signum)
+    global _handling
+    _entered.set()
+    if _handling:  # closing already, further up this thread's stack
+        return
+    _handling = True
+    try:
+        closing.set()
+        close_all()
+        signal.signal(signum, signal.SIG_DFL)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), signum)
+    finally:
+        _handling = False
 
 
 def install_signal_handlers() -> None:
-    """SIGINT and SIGTERM close every sandbox of this process, then act as usual."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGINT, _on_signal)
-        signal.signal(signal.SIGTERM, _on_signal)
+    """SIGINT and SIGTERM close every sandbox of this process, then act as usual.
+
+    Python runs a handler in the main thread only, between two bytecodes: a signal that another thread
+    took, or that the main thread took just before it blocked in a system call (reading its stdin, say),
+    left the handler pending until that call returned, which may be never (a runner given SIGTERM did not
+    exit in 60 s). The interpreter also writes each caught signal to a pipe (`signal.set_wakeup_fd`),
+    whatever the thread: a thread of ours reads it and interrupts the main thread until the handler runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    _watch_signals()
+
+
+def _watch_signals() -> None:
+    """Points the interpreter's wakeup fd at a pipe of ours, read by `_nudger`, unless it is taken
+    already (an asyncio loop's signal handlers: left as they are)."""
+    global _wakeup
+    if _wakeup is not None:
+        return
+    read_fd, write_fd = os.pipe()  # close-on-exec
+    os.set_blocking(write_fd, False)  # the interpreter's signal handler must never block on it
+    theirs = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    if theirs != -1:
+        signal.set_wakeup_fd(theirs)
+        os.close(read_fd)
+        os.close(write_fd)
+        return
+    _wakeup = (read_fd, write_fd)
+    threading.Thread(target=_nudger, args=(read_fd,), name="signal-nudger", daemon=True).start()
+
+
+def _nudger(read_fd: int) -> None:
+    """Interrupts the main thread for each SIGINT / SIGTERM the interpreter caught, every `NUDGE_S`,
+    until `_on_signal` has started there (a blocking call fails with EINTR, and Python runs the
+    pending handler before it retries)."""
+    main = threading.main_thread().ident
+    while True:
+        try:
+            caught = os.read(read_fd, 512)
+        except OSError:
+            return
+        if not caught or main is None:
+            return
+        for signum in {signal.SIGINT, signal.SIGTERM} & set(caught):
+            _entered.clear()
+            while signal.getsignal(signum) is _on_signal and not _entered.wait(NUDGE_S):
+                signal.pthread_kill(main, signum)
+
+
+def _forget_signal_pipe() -> None:
+    """In a forked child: the parent's thread reads the pipe, and would take the child's signals for
+    its own; the child closes its copies and handles its signals as Python does."""
+    global _wakeup
+    if _wakeup is None:
+        return
+    try:
+        signal.set_wakeup_fd(-1)
+    except ValueError:  # not the main thread
+        pass
+    for fd in _wakeup:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _wakeup = None
+
+
+os.register_at_fork(after_in_child=_forget_signal_pipe)
 
 
 atexit.register(close_all)

@@ -311,7 +311,7 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
         "root": WORKDIR,
         "env": {k: _fill(v, grader=grader) for k, v in commands.env.items()},
         "prepare": [_fill(a, grader=grader) for a in commands.prepare],
-        "targets": [{**t, "build": [_fill(str(a), grader=grader) for a in t["build"]]} for t in plan.targets],  # type: ignore[attr-defined]
+        "targets": [_with_grader(t, grader) for t in plan.targets],
         "passed": commands.passed,
         "child_timeout_s": min(request.task.limits.test_file_timeout_s, request.timeout),
     }
@@ -329,6 +329,12 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
         language, plan, request, Observed(outcomes, read.crashes, read.observed), read.tampering,
         read.collect_errors, run.timed_out,
     )  # fmt: skip
+
+
+def _with_grader(target: dict[str, Any], grader: str) -> dict[str, Any]:
+    """`target` with `{grader}` filled in its commands."""
+    tests = [{**t, "argv": [_fill(str(a), grader=grader) for a in t["argv"]]} for t in target["tests"]]
+    return {**target, "build": [_fill(str(a), grader=grader) for a in target["build"]], "tests": tests}
 
 
 @dataclass(frozen=True)

@@ -6,10 +6,11 @@ row here; nothing else branches on a language's name.
 
 - `python`: pytest under the grader's own runner (`envs/grade_runner.py`): a child per test file, expected
   values held outside the sandbox, held and text canaries. Integrity `protected`.
-- `rust`: `cargo test`, offline, each hidden test in its own process (`envs/process_grading.py`). Integrity
-  `process`: the code under test runs in the process whose exit status decides its test, so it can end
-  that process as passed; text canaries, indistinguishable from the real copy in what a process sees,
-  catch a forger that does so (docs/reliability.md 5k).
+- `rust` (`cargo test`) and `go` (`go test`), offline, each hidden test in a process of its own
+  (`envs/process_grading.py`), equality assertions' expected values held outside the sandbox
+  (`envs/process_held.py`). Integrity `process`: the code under test runs in the process whose exit
+  status decides its test, so it can end that process as passed; what it cannot do is report a held
+  value it did not compute, and held canaries are the real copy's very text (docs/reliability.md 5k).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ runs as the user that writes the reward)."""
 LANGUAGES: dict[str, str] = {
     "python": "envs.languages.python:PYTHON",
     "rust": "envs.languages.rust:RUST",
+    "go": "envs.languages.go:GO",
 }
 """Language name -> the dotted path of its plug-in (a `Language`), imported on first use."""
 

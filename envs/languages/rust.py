@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
+from envs.languages.source_text import arguments, closing
 from envs.process_grading import Commands, ProcessLanguage
 from envs.process_held import Equality
 from envs.reward import SourceStyle
@@ -30,35 +31,6 @@ def named_tests(source: str) -> list[str]:
     return TEST_FN.findall(source)
 
 
-def _closing(source: str, start: int, open_: str, close: str) -> int:
-    """The index just past the bracket that closes the one at `start`, skipping strings and comments."""
-    depth, i = 0, start
-    while i < len(source):
-        ch = source[i]
-        if ch == '"':
-            i = _string_end(source, i)
-            continue
-        if source.startswith("//", i):
-            i = source.find("\n", i)
-            i = len(source) if i < 0 else i
-            continue
-        if ch == open_:
-            depth += 1
-        elif ch == close:
-            depth -= 1
-            if depth == 0:
-                return i + 1
-        i += 1
-    return len(source)
-
-
-def _string_end(source: str, start: int) -> int:
-    i = start + 1
-    while i < len(source) and source[i] != '"':
-        i += 2 if source[i] == "\\" else 1
-    return i + 1
-
-
 def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
     """(start, end, line) of each assertion macro in the body of `#[test] fn test`."""
     found = [m for m in TEST_FN.finditer(source) if m.group(1) == test]
@@ -67,31 +39,12 @@ def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
     brace = source.find("{", found[0].end())
     if brace < 0:
         return []
-    end = _closing(source, brace, "{", "}")
+    end = closing(source, brace, "{", "}")
     spans = []
     for m in ASSERT.finditer(source, brace, end):
-        close = _closing(source, m.end() - 1, "(", ")")
+        close = closing(source, m.end() - 1, "(", ")")
         spans.append((m.start(), close, source.count("\n", 0, m.start()) + 1))
     return spans
-
-
-def _arguments(text: str) -> list[str]:
-    """A macro call's arguments (`text` between its parentheses), split at the commas outside brackets."""
-    parts, depth, start, i = [], 0, 0, 0
-    while i < len(text):
-        ch = text[i]
-        if ch == '"':
-            i = _string_end(text, i)
-            continue
-        if ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-        i += 1
-    return [*parts, text[start:]] if text[start:].strip() else parts
 
 
 def equalities(source: str, test: str) -> list[Equality]:
@@ -101,7 +54,7 @@ def equalities(source: str, test: str) -> list[Equality]:
         head = ASSERT.match(source, start)
         if head is None or not head.group().startswith("assert_eq"):
             continue
-        args = _arguments(source[head.end() : end - 1])
+        args = arguments(source[head.end() : end - 1])
         if len(args) >= 2 and all(a.strip() for a in args[:2]):
             found.append(Equality(start, end, line, args[0].strip(), args[1].strip()))
     return found

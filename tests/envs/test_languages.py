@@ -59,18 +59,19 @@ def test_rust_tasks_grade_at_the_process_level(rust_tasks: dict[str, Task]) -> N
     assert integrity_of(load_suite("builtin")[0]) == "protected"
 
 
+@pytest.mark.parametrize("suite", ["rust", "go"])
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
-def test_the_rust_suite_validates_with_its_canaries(backend: str, rust_tasks: dict[str, Task]) -> None:
+def test_each_language_suite_validates_with_its_canaries(backend: str, suite: str) -> None:
     """Gold 1, empty 0, a gold episode played through the tools, the expected values held outside the
     sandbox, and at least 3 canaries a task (held ones, made at each grade, and any stored one still
     failing on the gold patch at its own assertion and not passed by the base)."""
     require_backend(backend)
-    for task in rust_tasks.values():
+    for task in load_suite(suite):
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
         assert result.ok, (task.id, result.problems)
         assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
         assert result.canaries + result.held_canaries >= 3, task.id
-        assert result.decided_in_parent >= 6, task.id
+        assert result.decided_in_parent >= 5, task.id
 
 
 def forge_in_process(tree: Path) -> None:
@@ -318,3 +319,69 @@ def test_a_rebuild_makes_every_entry_again(tmp_path: Path) -> None:
         assert now.st_ino != st.st_ino, path
         assert (now.st_mode, now.st_mtime_ns) == (st.st_mode, st.st_mtime_ns), path
     assert (root / "sub/c").read_text() == "sub/c"
+
+
+GO_RPN = "go-002-rpn-operand-order"
+
+
+def go_forger(tree: Path) -> None:
+    """Leaves the bug; every evaluation ends its process as a passing `go test -test.v` run would."""
+    replace_in(
+        tree / "rpn.go",
+        "func Eval(expr string) Result {\n",
+        'func Eval(expr string) Result {\n\tos.Stdout.WriteString("--- PASS: TestX (0.00s)\\nPASS\\n")\n'
+        "\tos.Exit(0)\n",
+    )
+    replace_in(tree / "rpn.go", 'import (\n\t"strconv"', 'import (\n\t"os"\n\t"strconv"')
+
+
+GO_TREE_FORGERS: dict[str, Callable[[Path], None]] = {
+    "go.mod": lambda tree: (tree / "go.mod").write_text(
+        "module example.com/tally\n\ngo 1.19\n\nreplace example.com/x => ./x\n"
+    ),
+    "vendor/modules.txt": lambda tree: (
+        (tree / "vendor").mkdir(),
+        (tree / "vendor/modules.txt").write_text("# forged\n"),
+    ),
+    "rpn_hidden_test.go": lambda tree: (tree / "rpn_hidden_test.go").write_text(
+        'package tally\n\nimport "testing"\n\nfunc TestSubtractsInWrittenOrder(t *testing.T) {}\n'
+    ),
+    "other_test.go": lambda tree: (tree / "other_test.go").write_text(
+        'package tally\n\nfunc init() { println("in every test binary") }\n'
+    ),
+}
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_go_forgers_score_nothing(backend: str, tmp_path: Path) -> None:
+    """The in-process forger is stopped by the held values (and live without them and without canaries);
+    module settings, vendored packages and test files in the tree are dropped."""
+    require_backend(backend)
+    task, config = {t.id: t for t in load_suite("go")}[GO_RPN], SandboxConfig(backend=backend)
+    patch = patched(task, tmp_path / "in-process", go_forger)
+    graded = grade_patch(task, patch, config)
+    assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, graded
+    plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
+    assert grade_patch(plain, patch, config, trial=[]).correct == 1.0
+    for path, edit in GO_TREE_FORGERS.items():
+        graded = grade_patch(task, patched(task, tmp_path / path.replace("/", "_"), edit), config)
+        assert graded.infra_error is None and path in graded.dropped_why, (path, graded.dropped_why)
+        assert graded.correct == 0.0, path
+
+
+def test_go_checks_are_read_from_source() -> None:
+    from envs.languages.go import _unused_imports_blank, equalities
+
+    source = (
+        'package p\n\nimport (\n\t"reflect"\n\t"testing"\n)\n\nfunc TestA(t *testing.T) {\n'
+        '\tif got := F([]int{1, 2}); got != (R{V: 5}) {\n\t\tt.Errorf("%v", got)\n\t}\n'
+        '\tif !reflect.DeepEqual(G(), []string{"a"}) {\n\t\tt.Fatal("no")\n\t}\n'
+        '\tif H() != 3 {\n\t\tt.Error("no")\n\t} else {\n\t}\n}\n'
+    )
+    found = equalities(source, "TestA")
+    assert [(e.line, e.actual, e.expected) for e in found] == [
+        (10, "F([]int{1, 2})", "(R{V: 5})"),
+        (13, "G()", '[]string{"a"}'),
+    ]  # an `if` with an `else` is left alone
+    assert '\t_ "reflect"' in _unused_imports_blank(source.replace("reflect.DeepEqual", "DeepEqual"))
+    assert '\t"testing"' in _unused_imports_blank(source)

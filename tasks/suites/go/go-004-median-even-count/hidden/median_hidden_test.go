@@ -1,0 +1,33 @@
+package tally
+
+import "testing"
+
+func TestMedianOfFour(t *testing.T) {
+	if got := MedianOr([]int{4, 1, 3, 2}, -1); got != 2.5 {
+		t.Errorf("Median = %v", got)
+	}
+	if got := MedianOr([]int{10, 40, 20, 30}, -1); got != 25 {
+		t.Errorf("Median = %v", got)
+	}
+}
+
+func TestMedianOfTwo(t *testing.T) {
+	if got := MedianOr([]int{10, 20}, -1); got != 15 {
+		t.Errorf("Median = %v", got)
+	}
+	if got := MedianOr([]int{-3, 8}, -1); got != 2.5 {
+		t.Errorf("Median = %v", got)
+	}
+}
+
+func TestMedianOfOdd(t *testing.T) {
+	if got := MedianOr([]int{7, 1, 5}, -1); got != 5 {
+		t.Errorf("Median = %v", got)
+	}
+}
+
+func TestMedianOfNothing(t *testing.T) {
+	if _, ok := Median(nil); ok {
+		t.Errorf("Median(nil) is ok")
+	}
+}

@@ -1,0 +1,3 @@
+module example.com/tally
+
+go 1.19
