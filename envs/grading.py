@@ -38,11 +38,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from envs.factory import start_task_sandbox
+from envs.hidden_run import HiddenRun, Outcome, Probe
 from envs.judge import Judged, apply_patch, base_modules, judge_tree
 from envs.languages import HiddenRequest, Integrity, language_of
 from envs.lifecycle import close_later
@@ -66,19 +67,6 @@ READY = "harness-grader-ready"
 DONE = "harness-grader-done"
 """The runner's last line: DONE and the sha256 of the report it wrote."""
 GRADER_INI = "[pytest]\naddopts =\nconsole_output_style = classic\n"
-Outcome = Literal["passed", "failed", "error", "skipped", "missing"]
-
-
-class Probe(BaseModel):
-    """Both sides of one computed assertion as one test (or case) of a probe run saw them."""
-
-    path: str
-    """The hidden file, as the task names it."""
-    test: str
-    line: int
-    node: str
-    actual: Any
-    expected: Any
 
 
 class Grade(BaseModel):
@@ -413,27 +401,6 @@ def _static_terms(task: Task, judged: Judged, reward_config: RewardConfig) -> tu
 
 MESSAGE = 300
 """Characters kept of a collection error's message."""
-
-
-@dataclass
-class HiddenRun:
-    """What a run of the hidden tests (or the verifier) decided."""
-
-    fail_to_pass: dict[str, Outcome]
-    pass_to_pass: dict[str, Outcome]
-    score: float
-    """The fraction of hidden ids that passed."""
-    timed_out: bool
-    tampering: list[str] = field(default_factory=list)
-    canaries: dict[str, str] = field(default_factory=dict)
-    collect_errors: dict[str, str] = field(default_factory=dict)
-    decided_in_parent: int = 0
-    hidden_assertions: int = 0
-    suspicion: list[str] = field(default_factory=list)
-    """What the children's audit hooks saw the repository's code do."""
-    forged: bool = False
-    """A canary passed: its changed expectation was met, which only forged outcomes do."""
-    probes: list[Probe] = field(default_factory=list)
 
 
 def _run_tests(

@@ -52,7 +52,7 @@ from tasks.computed import held_map
 from tasks.model import Task
 
 if TYPE_CHECKING:
-    from envs.grading import HiddenRun
+    from envs.hidden_run import HiddenRun
     from envs.judge import Entry
 
 RUNNER = Path(__file__).with_name("process_runner.py")
@@ -393,7 +393,8 @@ def score_process_run(
 ) -> HiddenRun:
     """The grade's outcomes by the task's ids, canary verdicts and findings (`canary_findings`), and, in
     a probe run, both sides of every rewritten assertion."""
-    from envs.grading import HiddenRun, Probe, _outcome, canary_findings
+    from envs.grading import _outcome, canary_findings
+    from envs.hidden_run import HiddenRun, Probe
 
     hidden, outcomes = request.task.hidden_tests, seen.outcomes
     verdicts = {

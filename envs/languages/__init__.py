@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from envs.grading import HiddenRun
+    from envs.hidden_run import HiddenRun
     from envs.judge import Entry
     from envs.reward import SourceStyle
     from envs.sandbox import Sandbox, SandboxConfig

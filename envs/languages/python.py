@@ -10,7 +10,7 @@ from envs.languages import HiddenRequest, Integrity
 from envs.reward import PYTHON_STYLE, SourceStyle
 
 if TYPE_CHECKING:
-    from envs.grading import HiddenRun
+    from envs.hidden_run import HiddenRun
     from envs.judge import Entry
     from envs.sandbox import SandboxConfig
     from tasks.canaries import Canary
