@@ -93,6 +93,45 @@ def runners() -> Iterator[list[Runner]]:
             runner.stop(signal.SIGTERM)
 
 
+CAUGHT_ELSEWHERE = """
+import signal, sys, threading, time
+
+from envs.lifecycle import install_signal_handlers
+
+install_signal_handlers()
+signum = signal.Signals[sys.argv[1]]
+
+
+def catch_it_here():
+    time.sleep(0.5)  # the main thread waits on its stdin by now
+    signal.pthread_kill(threading.get_ident(), signum)
+
+
+threading.Thread(target=catch_it_here, daemon=True).start()
+print("ready", flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_caught_outside_the_main_thread_still_stops_a_runner_that_waits_on_its_stdin(
+    signum: signal.Signals,
+) -> None:
+    """Python runs a signal's handler in the main thread only, between two bytecodes: a SIGTERM caught by
+    another thread, or by the main thread just before it blocked reading its stdin, left the handler
+    pending until a line came (a runner of the test below outlived its 60 s in CI, once). Here another
+    thread catches it, every time."""
+    proc = subprocess.Popen([sys.executable, "-c", CAUGHT_ELSEWHERE, signum.name], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert proc.wait(timeout=30) == -signum
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 # ---- what a run leaves on the host ----------------------------------------------------------------
 
 
