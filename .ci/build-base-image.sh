@@ -11,7 +11,7 @@ if "$engine" image inspect "$tag" >/dev/null 2>&1; then
   exit 0
 fi
 root=$(mktemp -d /var/tmp/harness-rootfs.XXXXXX)
-trap 'umount "$root/proc" 2>/dev/null; rm -rf "$root"' EXIT
+trap 'umount "$root/proc" 2>/dev/null || true; rm -rf "$root"' EXIT
 echo "debootstrap into $root (a few minutes)"
 debootstrap --variant=minbase --include=python3,python3-pytest,git,procps,ca-certificates \
   bookworm "$root" http://deb.debian.org/debian >/tmp/harness-debootstrap.log 2>&1 \
