@@ -41,6 +41,7 @@ from envs.process_held import (
     held_canaries,
     held_outcome,
     held_verdict,
+    holds,
     probes_of,
     rewrite,
 )
@@ -48,7 +49,7 @@ from envs.reward import SourceStyle
 from envs.run_plan import source_of
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
 from tasks.canaries import Canary, perturbed
-from tasks.computed import held_map
+from tasks.computed import Held, held_map
 from tasks.model import Task
 
 if TYPE_CHECKING:
@@ -133,6 +134,17 @@ class ProcessLanguage:
         plan = plan_process_run(self, request.task, request.canaries, probe=request.probe)
         return run_process_plan(self, plan, request)
 
+    def task_problems(self, task: Task) -> list[str]:
+        """A FAIL_TO_PASS test in a file the agent saw (not one of the hidden files): its process decides it,
+        and a forger that knows the file's text answers only it, where no canary or held value watches."""
+        hidden = task.hidden_tests
+        seen = sorted({i for i in hidden.fail_to_pass if i.partition("::")[0] not in hidden.files})
+        return (
+            [f"FAIL_TO_PASS tests in files the agent sees (make them hidden files): {', '.join(seen)}"]
+            if seen
+            else []
+        )
+
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         hidden = task.hidden_tests
         named = {i.partition("::")[::2] for i in [*hidden.fail_to_pass, *hidden.pass_to_pass]}
@@ -172,6 +184,8 @@ class ProcessPlan:
     """Each copy's run path -> the hidden file it copies."""
     helpers: dict[str, str] = field(default_factory=dict)
     """Each real copy's run path -> the text of its helper file ('' for none)."""
+    held_maps: dict[str, Held] = field(default_factory=dict)
+    """Each named hidden file -> its stored expected values (what its canaries are rewritten with)."""
     probe: bool = False
 
 
@@ -193,6 +207,7 @@ def plan_process_run(
         tests = sorted({i.partition("::")[2] for i in ids if i.partition("::")[0] == path})
         source = source_of(task, path) or ""
         held = held_map(hidden.computed, path, source) if path in hidden.files else {}
+        plan.held_maps[path] = held
         written = rewrite(language, source, tests, held, probe) if path in hidden.files else Rewritten(source)
         runs[path] = _copy(plan, language, path, written.source, tests, taken, written.helper)
         plan.helpers[runs[path]] = written.helper
@@ -215,16 +230,21 @@ def _add_canaries(
     runs: dict[str, str],
     taken: set[str],
 ) -> None:
-    """Stored text canaries of the files with no held value; held canaries of the others."""
+    """Stored text canaries (in a file with held values, rewritten as the real copy is: they change an
+    assertion that stays in the file), then held canaries."""
     rng = random.SystemRandom()
-    held_files = [p for p, run in runs.items() if plan.expected[run]]
     for canary in canaries:
-        if canary.file in runs and canary.file not in held_files:
-            real = runs[canary.file]
-            run = _copy(plan, language, canary.file, canary.source, _tests_of(plan, real), taken)
-            plan.canaries[run], plan.real_path[run] = canary, real
-            plan.slots[run], plan.expected[run] = {}, {}
+        if canary.file not in runs:
+            continue
+        real = runs[canary.file]
+        tests = _tests_of(plan, real)
+        written = rewrite(language, canary.source, tests, plan.held_maps.get(canary.file, {}), False)
+        run = _copy(plan, language, canary.file, written.source, tests, taken, written.helper)
+        plan.canaries[run], plan.real_path[run] = canary, real
+        plan.slots[run] = written.slots
+        plan.expected[run] = {s: v.expected for s, v in written.slots.items() if v.expected is not None}
     budget = HELD_CANARIES
+    held_files = [p for p, run in runs.items() if plan.expected[run]]
     for path in rng.sample(held_files, len(held_files)):
         real = runs[path]
         for canary, expected in held_canaries(path, plan.slots[real], rng, budget):
@@ -441,9 +461,12 @@ def text_canaries(language: ProcessLanguage, task: Task, rng: random.Random) -> 
     for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
         path, _, test = test_id.partition("::")
         source = hidden.files.get(path)  # a file the base also has would tell a canary from the real copy
-        if source is None or held_map(hidden.computed, path, source):
-            continue  # a file with held values gets held canaries, whose text is the real copy's
+        if source is None:
+            continue
+        held = held_map(hidden.computed, path, source)
         for start, end, line in language.assertions_in(source, test):
+            if any(e.line == line and holds(held, test, line) for e in language.equalities(source, test)):
+                continue  # held: its held canaries change it
             for literal in LITERAL.finditer(source, start, end):
                 changed = _changed_literal(literal.group(), rng)
                 if changed is None:

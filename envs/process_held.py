@@ -25,6 +25,12 @@ from tasks.canaries import Canary, perturbed
 from tasks.computed import Held
 from tasks.plain import decode, encode
 
+GUESSABLE = frozenset(
+    {"true", "false", "None", "()", "Ok(())", "Some(())", "Some(true)", "Some(false)", "Ok(true)", "Ok(false)",
+     "[]", "{}", '""', "0", "1", "-1", "Some(0)", "Ok(0)", "nil", "<nil>"}
+)  # fmt: skip
+"""Expected values a forger would guess from the actual side's type alone (a comparison is `true`, an
+empty result `[]`): never held, the assertion stays in the file, where text canaries watch it."""
 HELD_CANARIES = 6
 """Held canaries a grading run makes at most: one a named test with a held assertion, drawn at random."""
 
@@ -66,7 +72,7 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
     slots: dict[int, Slot] = {}
     for test in tests:
         for eq in language.equalities(source, test):
-            if not probe and (test, eq.line) not in held:
+            if not probe and not holds(held, test, eq.line):
                 continue
             slot = len(slots)
             slots[slot] = Slot(test, eq.line, None if probe else str(decode(held[(test, eq.line)])))
@@ -78,6 +84,11 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
         source = source[:start] + text + source[end:]
     text, helper = language.decorate(source, probe)
     return Rewritten(text, slots, helper)
+
+
+def holds(held: Held, test: str, line: int) -> bool:
+    """Whether grading holds the expected value of `test`'s assertion at `line`: stored, and not guessable."""
+    return (test, line) in held and str(decode(held[(test, line)])) not in GUESSABLE
 
 
 def held_canaries(

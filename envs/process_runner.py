@@ -43,7 +43,8 @@ TAIL = 4000
 OBSERVE = b"harness-observe "
 """Starts a line that reports a value a rewritten assertion saw (`SLOT DEBUG`): the parent compares it."""
 MAX_OBSERVED = 1000
-"""Observation lines kept of one test's run."""
+"""Observation lines read of one test's run; a run that prints more has failed (what a forger's flood
+would push past the limit is the real observation)."""
 MAX_VALUE = 20000
 """Characters kept of one observed value."""
 KEPT_TOTAL = 1 << 40
@@ -88,7 +89,7 @@ def _read_output(out: Any) -> tuple[str, list[str]]:
     out.seek(0)
     observed: list[str] = []
     for raw in out:
-        if raw.startswith(OBSERVE) and len(observed) < MAX_OBSERVED:
+        if raw.startswith(OBSERVE) and len(observed) <= MAX_OBSERVED:
             observed.append(raw[len(OBSERVE) :].decode("utf-8", "replace").rstrip("\n")[:MAX_VALUE])
     size = out.tell()
     out.seek(max(0, size - TAIL))
@@ -135,7 +136,7 @@ def run_target(
         started = time.monotonic()
         where = os.path.join(root, str(test.get("cwd") or "."))
         code, output, observed = _run([str(a) for a in test["argv"]], where, env, limit)
-        ok = code == 0 and passed.search(output) is not None
+        ok = code == 0 and passed.search(output) is not None and len(observed) <= MAX_OBSERVED
         report["outcomes"][run_id] = "passed" if ok else "failed"
         if observed:
             report["observed"][run_id] = [line.split(" ", 1) for line in observed if " " in line]

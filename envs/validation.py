@@ -88,6 +88,7 @@ def validate_task(
     if not task.gold_patch:
         problems.append("no gold patch")
     language = language_of(task)
+    problems += language.task_problems(task)
     if language.holds_expected:
         task, computing = _with_computed(task, sandbox_config) if keep else (task, _stale_computed(task))
     else:

@@ -84,6 +84,10 @@ class Language(Protocol):
         """Runs the task's hidden tests and canaries in `request.sandbox`; outcomes decided host-side."""
         ...
 
+    def task_problems(self, task: Task) -> list[str]:
+        """What makes `task` unfit for this language's grading, beyond what grading its patches shows."""
+        ...
+
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         """What a grade of `task` with `canaries` runs: every canary (those made at grading included), the
         hidden assertions whose expected value the grader holds outside the sandbox, and all of them."""

@@ -47,6 +47,11 @@ class Python:
             request.sandbox, request.task, plan, request.grader_dir, request.timeout, request.trusted
         )
 
+    def task_problems(self, task: Task) -> list[str]:
+        """None of its own: the grader's runner and `tasks validate` decide."""
+        del task
+        return []
+
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         from envs.run_plan import plan_run
 

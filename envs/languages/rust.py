@@ -108,8 +108,9 @@ def own_rule(path: str, content: bytes | None) -> str | None:
 
 
 def failure_line(output: str, run: str) -> list[int]:
-    """Lines of `run` a panic names (`panicked at 'msg', tests/x.rs:12:5` or, newer, `at tests/x.rs:12:5:`)."""
-    return [int(n) for n in re.findall(re.escape(run) + r":(\d+):\d+", output)]
+    """Lines of `run` a panic names (`panicked at 'msg', tests/x.rs:12:5` or, newer, `at tests/x.rs:12:5:`),
+    not a compiler diagnostic's (`--> tests/x.rs:1:5`, which cargo replays from its cache)."""
+    return [int(n) for n in re.findall(r"(?<!--> )" + re.escape(run) + r":(\d+):\d+", output)]
 
 
 RUST = ProcessLanguage(
@@ -138,6 +139,7 @@ RUST = ProcessLanguage(
             "CARGO_TERM_COLOR": "never",
             "CARGO_INCREMENTAL": "0",
             "RUST_BACKTRACE": "0",
+            "RUSTFLAGS": "-Awarnings",  # a rewritten file's unused import is no failure's line
         },
     ),
     tests_in=named_tests,

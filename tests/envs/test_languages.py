@@ -226,6 +226,8 @@ def test_a_panic_is_placed_in_its_own_file() -> None:
     assert failure_line(old, "tests/test_ab12.rs") == [14]
     assert failure_line(new, "tests/test_ab12.rs") == [9]
     assert failure_line(old, "tests/test_ab.rs") == []
+    warning = "warning: unused import\n --> tests/test_ab12.rs:1:5\n"  # cargo replays it on every run
+    assert failure_line(warning + old, "tests/test_ab12.rs") == [14]
 
 
 def test_text_canaries_change_one_literal_of_one_assertion(rust_tasks: dict[str, Task]) -> None:
@@ -296,8 +298,9 @@ def test_the_red_teams_forgers_score_nothing(patch: str, task_id: str, rust_task
 
 def test_a_rebuild_makes_every_entry_again(tmp_path: Path) -> None:
     """What a test touched and what it did not come back alike: contents, modes and times as taken, every
-    inode new, what it added gone."""
+    entry made again (a new change time), what it added gone."""
     import os
+    import time
 
     from envs.grade_runner import Scratch
 
@@ -312,11 +315,13 @@ def test_a_rebuild_makes_every_entry_again(tmp_path: Path) -> None:
     os.chmod(root / "a", 0o644)  # the same mode: only its change time moves
     (root / "new").write_text("left behind")
     big.write_bytes(b"x")
+    time.sleep(0.05)
+    started = time.time_ns()
     scratch.rebuild()
     assert not (root / "new").exists() and big.stat().st_size == 5 << 20
-    for path, st in before.items():
+    for path, st in before.items():  # the inode number may come back (ext4 reuses it); the change time not
         now = os.lstat(root / path)
-        assert now.st_ino != st.st_ino, path
+        assert now.st_ctime_ns >= started - 10_000_000 > st.st_ctime_ns, path
         assert (now.st_mode, now.st_mtime_ns) == (st.st_mode, st.st_mtime_ns), path
     assert (root / "sub/c").read_text() == "sub/c"
 
@@ -385,3 +390,63 @@ def test_go_checks_are_read_from_source() -> None:
     ]  # an `if` with an `else` is left alone
     assert '\t_ "reflect"' in _unused_imports_blank(source.replace("reflect.DeepEqual", "DeepEqual"))
     assert '\t"testing"' in _unused_imports_blank(source)
+
+
+def rpn_variant(task: Task, form: str) -> Task:
+    """rust-002 with its FAIL_TO_PASS checks written as `assert!(A == E)` (`form` "unheld": nothing to
+    hold) or `assert_eq!(A == E, true)` ("guessable": the held value would be `true`)."""
+    from tasks.computed import digest
+
+    hidden, path = task.hidden_tests, "tests/rpn_order.rs"
+    source = hidden.files[path]
+    for actual, expected in [
+        ('"7 2 -"', "Ok(5)"),
+        ('"2 9 -"', "Ok(-7)"),
+        ('"10 2 3 - -"', "Ok(11)"),
+        ('"4 6 * 3 -"', "Ok(21)"),
+    ]:
+        check = (
+            f"assert!(eval({actual}) == {expected});"
+            if form == "unheld"
+            else f"assert_eq!(eval({actual}) == {expected}, true);"
+        )
+        source = source.replace(f"assert_eq!(eval({actual}), {expected});", check)
+    stored = hidden.computed[path]
+    values = [v for v in stored.values if v.test not in ("subtracts_in_written_order", "nested_subtraction")]
+    computed = {path: stored.model_copy(update={"sha256": digest(source), "values": values})}
+    return task.model_copy(
+        update={"hidden_tests": hidden.model_copy(update={"files": {path: source}, "computed": computed})}
+    )
+
+
+@pytest.mark.parametrize(
+    ("form", "patch"), [("unheld", "unheld-rust-002.patch"), ("guessable", "preempt-rust-002.patch")]
+)
+def test_the_second_red_teams_forgers_score_nothing(
+    form: str, patch: str, rust_tasks: dict[str, Task]
+) -> None:
+    """Round 2 (docs/reliability.md 5k), both at 0.9 before: `unheld` passes a test that has no held check
+    by exiting as libtest does; `preempt` prints the guessable held value (`true`) for every slot and
+    floods the observations past what the runner reads. Now checks left in the file get text canaries
+    (verified on the gold patch), guessable values are never held, and a flood fails its test."""
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    task = rpn_variant(rust_tasks[RPN], form)
+    if form == "guessable":
+        from tasks.computed import ComputedValue, digest
+
+        path = "tests/rpn_order.rs"
+        stored = task.hidden_tests.computed[path]
+        guessed = [ComputedValue(test=t, line=n, expected=["str", "true"]) for t, n in
+                   [("subtracts_in_written_order", 5), ("subtracts_in_written_order", 6), ("nested_subtraction", 11), ("nested_subtraction", 12)]]  # fmt: skip
+        computed = {path: stored.model_copy(update={"values": [*stored.values, *guessed]})}
+        assert stored.sha256 == digest(task.hidden_tests.files[path])
+        task = task.model_copy(
+            update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": computed})}
+        )
+    kept, _, undecided = language_of(task).verify_canaries(task, config)
+    assert not undecided and {c.test for c in kept} >= {"subtracts_in_written_order", "nested_subtraction"}
+    task = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"canaries": kept})})
+    assert grade_patch(task, task.gold_patch or "", config).correct == 1.0
+    graded = grade_patch(task, (FORGERS / patch).read_text(), config)
+    assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, graded.canaries
