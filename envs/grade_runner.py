@@ -724,17 +724,18 @@ class Scratch:
         for root in self.roots:
             self._restore(root)
 
-    def _restore(self, folder: str) -> None:
-        key, _ = self.entries[folder]
-        _chmod(folder, key[0] | 0o700)
+    def _on_disk(self, folder: str) -> list[str]:
+        """The entries of `folder` as they are now, mount points left out."""
         try:
             names = os.listdir(folder)
         except OSError:
             names = []
-        for name in names:
-            path = os.path.join(folder, name)
-            if path in self.mounts:
-                continue
+        return [p for p in (os.path.join(folder, name) for name in names) if p not in self.mounts]
+
+    def _restore(self, folder: str) -> None:
+        key, _ = self.entries[folder]
+        _chmod(folder, key[0] | 0o700)
+        for path in self._on_disk(folder):
             try:
                 st = os.lstat(path)
             except OSError:
@@ -770,14 +771,7 @@ class Scratch:
 
     def _clear(self, folder: str) -> None:
         _chmod(folder, 0o700)
-        try:
-            names = os.listdir(folder)
-        except OSError:
-            names = []
-        for name in names:
-            path = os.path.join(folder, name)
-            if path in self.mounts:
-                continue
+        for path in self._on_disk(folder):
             if any(m.startswith(path + "/") for m in self.mounts):
                 self._clear(path)  # it stays, and so does its place in the folder
             else:
