@@ -42,7 +42,9 @@ def step_seconds(task: Task, config: SandboxConfig) -> float:
 def grade_seconds(task: Task, config: SandboxConfig) -> float:
     grade = grade_patch(task, task.gold_patch or "", config)
     if grade.infra_error or grade.correct != 1.0:
-        raise SystemExit(f"{task.id} on {config.backend}: the gold patch did not grade 1: {grade.infra_error}")
+        raise SystemExit(
+            f"{task.id} on {config.backend}: the gold patch did not grade 1: {grade.infra_error}"
+        )
     return grade.duration_s
 
 
