@@ -11,6 +11,9 @@ RUN python3 -c "import pytest" 2>/dev/null || python3 -m pip install --no-cache-
 RUN command -v cargo >/dev/null && command -v go >/dev/null && command -v mvn >/dev/null || (apt-get update \
         && apt-get install -y --no-install-recommends rustc cargo golang-go default-jdk-headless maven junit4 junit5 \
            libsurefire-java && rm -rf /var/lib/apt/lists/*)
+# A sandbox's /tmp starts empty: what an install left there (a JVM's hsperfdata_root, owned by root) is not
+# the sandbox user's to remove, and a reset would fail on it.
+RUN rm -rf /tmp/* /var/tmp/*
 RUN (getent passwd 1000 >/dev/null || (echo "agent:x:1000:1000::/tmp:/bin/sh" >> /etc/passwd \
         && echo "agent:x:1000:" >> /etc/group)) \
     && mkdir -p /repo /opt/pristine /opt/harness /run \

@@ -24,11 +24,11 @@ setup: $(BIN)/harness
 # a copy of Docker's build (again whenever the two differ), or, with no Docker daemon, podman builds it.
 image:
 	@if docker info >/dev/null 2>&1; then \
-	  docker run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v' >/dev/null 2>&1 || { \
+	  docker run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
 	    bash .ci/build-base-image.sh $(BASE_IMAGE) && \
 	    docker build -q --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
 	elif command -v podman >/dev/null 2>&1; then \
-	  podman run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v' >/dev/null 2>&1 || { \
+	  podman run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
 	    ENGINE=podman bash .ci/build-base-image.sh $(BASE_IMAGE) && \
 	    podman build -q --network none --pull=never --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
 	else echo "no Docker daemon: the docker backend's tests will skip (fail under CI=true)"; fi

@@ -31,6 +31,8 @@ chroot "$root" /usr/bin/env DEBIAN_FRONTEND=noninteractive PATH=/usr/sbin:/usr/b
   sh -c 'apt-get update -qq && apt-get install -y -qq --no-install-recommends $TOOLCHAINS' \
   >>/tmp/harness-debootstrap.log 2>&1 || { tail -20 /tmp/harness-debootstrap.log; exit 1; }
 umount "$root/proc"
-rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+# What the installs left in /tmp (the JDK's hsperfdata_root, owned by root) would be in every sandbox's /tmp,
+# where the sandbox's user cannot remove it and a reset fails.
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/* "$root"/tmp/* "$root"/var/tmp/*
 tar -C "$root" -c . | "$engine" import - "$tag"
 echo "imported $tag"

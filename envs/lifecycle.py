@@ -203,17 +203,18 @@ def close_all() -> None:
 
 
 _handling = False
-"""The main thread is in `_on_signal`: a nudge, or another signal, meanwhile leaves the closing to it."""
-_entered = threading.Event()
-"""Set as `_on_signal` starts: the main thread has run the handler of the signal it was nudged for."""
+"""The main thread is in `_on_signal`: another signal meanwhile leaves the closing to it."""
 _wakeup: tuple[int, int] | None = None
 """The pipe the interpreter writes each caught signal's number to (`signal.set_wakeup_fd`), if ours."""
 NUDGE_S = 0.05
+NUDGE = signal.SIGRTMIN + 4
+"""What `_nudger` interrupts the main thread with: a real-time signal whose handler does nothing. Never the
+caught signal itself, whose handler `_on_signal` resets to the default: a nudge that came after would
+kill the process instead of letting KeyboardInterrupt unwind (a run's Ctrl-C ended -2, not 130)."""
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     global _handling
-    _entered.set()
     if _handling:  # closing already, further up this thread's stack
         return
     _handling = True
@@ -241,7 +242,13 @@ def install_signal_handlers() -> None:
         return
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(NUDGE, _nudged)
     _watch_signals()
+
+
+def _nudged(signum: int, frame: FrameType | None) -> None:
+    """Nothing: the nudge only ends the main thread's blocking call, so that Python runs the handler
+    of the signal pending behind it."""
 
 
 def _watch_signals() -> None:
@@ -263,9 +270,9 @@ def _watch_signals() -> None:
 
 
 def _nudger(read_fd: int) -> None:
-    """Interrupts the main thread for each SIGINT / SIGTERM the interpreter caught, every `NUDGE_S`,
-    until `_on_signal` has started there (a blocking call fails with EINTR, and Python runs the
-    pending handler before it retries)."""
+    """Interrupts the main thread (`NUDGE`) for each SIGINT / SIGTERM the interpreter caught, every
+    `NUDGE_S`, until `_on_signal` has started closing (a blocking call fails with EINTR, and Python runs
+    the pending handler before it retries)."""
     main = threading.main_thread().ident
     while True:
         try:
@@ -274,10 +281,9 @@ def _nudger(read_fd: int) -> None:
             return
         if not caught or main is None:
             return
-        for signum in {signal.SIGINT, signal.SIGTERM} & set(caught):
-            _entered.clear()
-            while signal.getsignal(signum) is _on_signal and not _entered.wait(NUDGE_S):
-                signal.pthread_kill(main, signum)
+        ours = [s for s in (signal.SIGINT, signal.SIGTERM) if s in caught]
+        while any(signal.getsignal(s) is _on_signal for s in ours) and not closing.wait(NUDGE_S):
+            signal.pthread_kill(main, NUDGE)
 
 
 def _forget_signal_pipe() -> None:
