@@ -9,6 +9,11 @@ reachable from it. `patch` is the gold patch. `test_patch`, applied to the base,
 the files it touches, whole, written over the repository at grading only. FAIL_TO_PASS and PASS_TO_PASS
 are the JSON-encoded lists of test ids SWE-bench uses (pytest node ids for most repositories), kept as
 given. An instance that cannot be imported is reported with the reason; the others go on.
+
+Multilingual datasets come in the same way (`tasks/multilingual.py`): SWE-bench Multilingual's rows as
+they are, Multi-SWE-bench's rewritten in these fields. A task's language is the row's `language`, else the
+one the gold patch's files are written in; its test ids are placed in the files that hold them
+(`FILE::NAME`, as the language's plug-in names a test), and its `run_tests` command is the language's.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
-from tasks.environment import EnvironmentReader, static_environment
+from tasks.environment import Environment, EnvironmentReader, static_environment
 from tasks.importing import ImportProblem, ImportReport, Skipped, relative_path, write_task_folder
 from tasks.model import TASK_ID
+from tasks.multilingual import PYTHON, LanguageSupport, multi_swe_bench_row, place_ids, tests_by_file
 from tasks.patches import filter_patch, git, split_patch
 from tasks.suite import TaskError, TaskFile, export_commit, validation_problems
 
@@ -52,6 +58,9 @@ class SweBenchInstance(BaseModel):
     created_at: str | None = None
     version: str | float | None = None
     environment_setup_commit: str | None = None
+    language: str | None = None
+    """The code's language as the dataset names it (`js`, `ts`, `go`, ...; Multi-SWE-bench has it), or
+    None: read off the gold patch's files."""
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
     @classmethod
@@ -76,6 +85,8 @@ class InstanceEnvironment(BaseModel):
     """Shell commands run in the sandbox before the agent starts and before grading."""
     test_command: str | None = None
     """The command of the agent's run_tests tool."""
+    language: str | None = None
+    """The code's language where the row names none (`go`, `rust`, ...); unset: read off the gold patch."""
 
     def over(self, defaults: InstanceEnvironment) -> InstanceEnvironment:
         return defaults.model_copy(update=self.model_dump(exclude_none=True))
@@ -99,11 +110,14 @@ def import_swebench(
     defaults: InstanceEnvironment | None = None,
     environments: dict[str, InstanceEnvironment] | None = None,
     reader: EnvironmentReader | None = static_environment,
+    support: LanguageSupport | None = None,
 ) -> ImportReport:
     """Imports every instance of `file` into the suite `out`; the report names each one left out. With a
     `reader` (the build backend's, `envs/build_metadata.py`, or the static parse of `tasks/environment.py`),
     a task whose repository declares requirements, a src/ layout or a generated version file gets that
-    environment, for `harness env build --suite` to build; the report says how each was read."""
+    environment, for `harness env build --suite` to build; the report says how each was read. `support`
+    knows the languages besides Python (`envs.languages.import_support`); without it every task is
+    Python's."""
     if not repos.is_dir():
         raise TaskError(f"--repos {repos}: not a folder")
     try:
@@ -128,7 +142,7 @@ def import_swebench(
             if instance.instance_id in report.imported:
                 raise ImportProblem("instance_id: the same as an earlier line's")
             env = environments.get(instance.instance_id, InstanceEnvironment()).over(defaults)
-            warnings, how = import_instance(instance, repos, out, env, reader)
+            warnings, how = import_instance(instance, repos, out, env, reader, support)
         except ImportProblem as e:
             report.skipped.append(Skipped(source=f"{file}:{number}", task_id=task_id, reason=str(e)))
             continue
@@ -144,7 +158,7 @@ def _instance_id(line: str) -> str | None:
         row = json.loads(line)
     except json.JSONDecodeError:
         return None
-    found = row.get("instance_id") if isinstance(row, dict) else None
+    found = multi_swe_bench_row(row).get("instance_id") if isinstance(row, dict) else None
     return found if isinstance(found, str) else None
 
 
@@ -156,7 +170,7 @@ def parse_instance(line: str) -> SweBenchInstance:
     if not isinstance(row, dict):
         raise ImportProblem(f"not a JSON object but a {type(row).__name__}")
     try:
-        return SweBenchInstance.model_validate(row)
+        return SweBenchInstance.model_validate(multi_swe_bench_row(row))
     except ValidationError as e:
         raise ImportProblem(validation_problems(e)) from e
 
@@ -167,9 +181,16 @@ def import_instance(
     out: Path,
     env: InstanceEnvironment,
     reader: EnvironmentReader | None = static_environment,
+    support: LanguageSupport | None = None,
 ) -> tuple[list[str], str | None]:
     """Writes one task folder; returns warnings about it and how its environment was read (None: not
     read). Raises ImportProblem when it cannot be used."""
+    support = support or LanguageSupport()
+    try:
+        paths = [p for f in split_patch(instance.patch) for p in f.paths]
+        language = support.language(instance.language or env.language, paths)
+    except ValueError as e:
+        raise ImportProblem(str(e)) from e
     slug = instance.repo.replace("/", "__")
     mirror = ensure_mirror(find_clone(repos, instance.repo), out / "repos" / slug)
     base = resolve_commit(mirror, instance.base_commit)
@@ -182,21 +203,11 @@ def import_instance(
             hidden = apply_test_patch(tree, instance.test_patch)
         except (TaskError, RuntimeError) as e:  # git failed on this repository or commit
             raise ImportProblem(str(e)) from e
-        try:
-            environment, how = reader(tree) if reader is not None else (None, None)
-        except ValueError as e:  # a pyproject.toml that is not TOML
-            raise ImportProblem(f"the repository's declarations: {e}") from e
-        unknown = [
-            test_id
-            for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS
-            if test_id.split("::", 1)[0] not in hidden and not (tree / test_id.split("::", 1)[0]).is_file()
-        ]
-    warnings = []
-    if unknown:
-        warnings.append(
-            f"{len(unknown)} test ids name no test file (FILE::NAME, pytest's node ids), e.g. {unknown[0]!r}: "
-            "the grader runs pytest and counts them as missing"
-        )
+        if language == PYTHON:
+            environment, how, f2p, p2p, warnings = _python_part(instance, tree, hidden, reader)
+        else:
+            environment, how = None, None
+            f2p, p2p, warnings = _placed_ids(instance, tree, hidden, support, language)
     dropped = filter_patch(instance.patch)[1]
     if dropped:
         warnings.append(f"the gold patch changes {', '.join(dropped)}, which the grader drops (test paths)")
@@ -207,17 +218,76 @@ def import_instance(
         problem_statement=instance.problem_statement,
         setup_commands=env.setup_commands or [],
         environment=environment if environment and environment.needed() else None,
-        fail_to_pass=instance.FAIL_TO_PASS,
-        pass_to_pass=instance.PASS_TO_PASS,
+        language=language,
+        fail_to_pass=f2p,
+        pass_to_pass=p2p,
         gold_patch="gold.patch",
         image=_image(env.image, instance, slug),
     )
-    if env.test_command:
-        spec.test_command = env.test_command
+    if env.test_command or language in support.test_command:
+        spec.test_command = env.test_command or support.test_command[language]
     files: dict[str, str | bytes] = {f"hidden/{path}": text for path, text in hidden.items()}
     files["gold.patch"] = instance.patch
     write_task_folder(out, instance.instance_id, spec, files)
     return warnings, how
+
+
+def _python_part(
+    instance: SweBenchInstance, tree: Path, hidden: dict[str, str], reader: EnvironmentReader | None
+) -> tuple[Environment | None, str | None, list[str], list[str], list[str]]:
+    """A Python task's environment (as `reader` reads the tree), its ids as given, and the warnings."""
+    try:
+        environment, how = reader(tree) if reader is not None else (None, None)
+    except ValueError as e:  # a pyproject.toml that is not TOML
+        raise ImportProblem(f"the repository's declarations: {e}") from e
+    unknown = [
+        test_id
+        for test_id in instance.FAIL_TO_PASS + instance.PASS_TO_PASS
+        if test_id.split("::", 1)[0] not in hidden and not (tree / test_id.split("::", 1)[0]).is_file()
+    ]
+    warnings = []
+    if unknown:
+        warnings.append(
+            f"{len(unknown)} test ids name no test file (FILE::NAME, pytest's node ids), e.g. {unknown[0]!r}: "
+            "the grader runs pytest and counts them as missing"
+        )
+    return environment, how, instance.FAIL_TO_PASS, instance.PASS_TO_PASS, warnings
+
+
+def _placed_ids(
+    instance: SweBenchInstance, tree: Path, hidden: dict[str, str], support: LanguageSupport, language: str
+) -> tuple[list[str], list[str], list[str]]:
+    """FAIL_TO_PASS and PASS_TO_PASS placed in the files that hold them (`place_ids`), and the warnings;
+    an ImportProblem when no FAIL_TO_PASS id is found in any test file."""
+    is_test = support.is_test[language]
+    own = {
+        p.relative_to(tree).as_posix(): p
+        for p in tree.rglob("*")
+        if p.is_file() and ".git" not in p.relative_to(tree).parts and is_test(p.relative_to(tree).as_posix())
+    }
+    texts = {path: f.read_bytes().decode("utf-8", "replace") for path, f in own.items()}
+    placed = place_ids(
+        instance.FAIL_TO_PASS,
+        instance.PASS_TO_PASS,
+        tests_by_file(hidden, texts, support.tests_in[language], is_test),
+    )
+    if not placed.fail_to_pass:
+        example = instance.FAIL_TO_PASS[0]
+        raise ImportProblem(
+            f"no FAIL_TO_PASS id names a {language} test in the test files (e.g. {example!r})"
+        )
+    warnings = []
+    if placed.unplaced:
+        warnings.append(
+            f"{len(placed.unplaced)} test ids name no {language} test in any test file, left out: "
+            f"{', '.join(placed.unplaced[:3])}"
+        )
+    if placed.ambiguous:
+        warnings.append(
+            f"{len(placed.ambiguous)} test ids name a test of several files (the hidden one, else the first, "
+            f"taken): {', '.join(placed.ambiguous[:3])}"
+        )
+    return placed.fail_to_pass, placed.pass_to_pass, warnings
 
 
 def _image(template: str | None, instance: SweBenchInstance, slug: str) -> str | None:

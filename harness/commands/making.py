@@ -48,6 +48,11 @@ def add_import_commands(tasks_sub: Commands) -> None:
     )
     p.add_argument("--test-command", default=None, help="the agent's run_tests command")
     p.add_argument(
+        "--language",
+        default=None,
+        help="the code's language where a row names none (default: read off each gold patch's files)",
+    )
+    p.add_argument(
         "--no-env",
         action="store_true",
         help="neither read the environments the repositories declare nor build them",
@@ -75,16 +80,22 @@ def add_import_commands(tasks_sub: Commands) -> None:
 
 def cmd_tasks_import_swebench(args: argparse.Namespace) -> int:
     from envs.build_metadata import environment_reader
+    from envs.languages.support import import_support
     from tasks.swebench import InstanceEnvironment, import_swebench, load_environments
 
     defaults = InstanceEnvironment(
-        image=args.image, setup_commands=args.setup_command, test_command=args.test_command
+        image=args.image,
+        setup_commands=args.setup_command,
+        test_command=args.test_command,
+        language=args.language,
     )
     environments = load_environments(args.environments) if args.environments else {}
     reader = None
     if not args.no_env:  # the build backends run in sandboxes of this backend
         reader = environment_reader(SandboxConfig.model_validate({"backend": resolve_backend(args.backend)}))
-    report = import_swebench(args.file, args.repos, args.out, defaults, environments, reader)
+    report = import_swebench(
+        args.file, args.repos, args.out, defaults, environments, reader, import_support()
+    )
     status = print_import(report, args.json)
     if args.no_env or not report.imported:
         return status
