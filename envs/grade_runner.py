@@ -159,8 +159,6 @@ SCRATCH = ("/tmp", "/dev/shm", "/dev/mqueue")
 """The folders a sandbox's user may write besides the repository (envs/remote.py's reset clears them)."""
 MAX_ANSWER = 16 << 20
 """Bytes of a child's answer read at most."""
-KEPT_FILE = 4 << 20
-"""Files of the scratch folders up to this size are kept to be put back; a larger one that changes goes."""
 PLAIN = ["--assert=plain", "--tb=native"]
 """Asserts are not rewritten and failures are told in Python's own traceback: an outcome does not depend
 on how a failure explains itself. Rewriting (done again by `Guard` to compare code) was half the time of a
@@ -669,18 +667,16 @@ class Zygote:
 
 
 class Scratch:
-    """The folders a child can write, as they were before the first child: put back after each one, so
-    that no child leaves anything for a later one (a forger that compares the files it saw could tell a
-    canary from the real copy). Entries a child added are removed, changed ones rewritten, removed ones
-    made again; a changed file too large to have been kept is removed.
+    """The folders a child can write, as they were before the first child, every file's content kept:
+    made again whole after each child (`rebuild`), so that no child leaves anything for a later one (a
+    forger that compares the files it saw could tell a canary from the real copy), not even which entries
+    it touched.
 
     A mount point under a root (another file system: the read-only binds that give a bubblewrap sandbox
     the harness's Python when it lives under /tmp) is neither read nor put back: nothing in the sandbox can
     make, remove or write one, and reading a bound virtual environment cost every grade gigabytes."""
 
-    def __init__(self, roots: list[str], keep: int = KEPT_FILE) -> None:
-        self.keep = keep
-        """Files up to this size are kept to be put back (all of them for `rebuild`)."""
+    def __init__(self, roots: list[str]) -> None:
         self.roots = [os.path.realpath(r) for r in roots if os.path.isdir(r) and not os.path.islink(r)]
         self.entries: dict[str, tuple[tuple[int, ...], bytes | None]] = {}
         """path -> (its lstat key, its content for a file or its target for a link)"""
@@ -702,7 +698,7 @@ class Scratch:
         payload = None
         if stat.S_ISLNK(st.st_mode):
             payload = os.fsencode(os.readlink(path))
-        elif stat.S_ISREG(st.st_mode) and st.st_size <= self.keep:
+        elif stat.S_ISREG(st.st_mode):
             try:
                 with open(path, "rb") as f:
                     payload = f.read()
@@ -720,10 +716,6 @@ class Scratch:
             for name in names:
                 self._scan(os.path.join(path, name), device)
 
-    def restore(self) -> None:
-        for root in self.roots:
-            self._restore(root)
-
     def _on_disk(self, folder: str) -> list[str]:
         """The entries of `folder` as they are now, mount points left out."""
         try:
@@ -731,30 +723,6 @@ class Scratch:
         except OSError:
             names = []
         return [p for p in (os.path.join(folder, name) for name in names) if p not in self.mounts]
-
-    def _restore(self, folder: str) -> None:
-        key, _ = self.entries[folder]
-        _chmod(folder, key[0] | 0o700)
-        for path in self._on_disk(folder):
-            try:
-                st = os.lstat(path)
-            except OSError:
-                continue
-            known = self.entries.get(path)
-            if known is None or stat.S_IFMT(known[0][0]) != stat.S_IFMT(st.st_mode):
-                _remove(path)
-            elif stat.S_ISDIR(st.st_mode):
-                self._restore(path)
-            elif _key(st) != known[0]:  # a file or link: as it was, or gone when too large to keep
-                _remove(path)
-                self._recreate(path)
-        for name in self.children.get(folder, []):
-            path = os.path.join(folder, name)
-            if not os.path.lexists(path):
-                self._recreate(path)
-        _chmod(folder, key[0])
-        self._put_back(folder)  # whether or not a child touched it: nothing a child did shows
-        self._rekey(folder)
 
     def rebuild(self) -> None:
         """Every entry under the roots removed and made again from what was taken, in one order: what a
@@ -1330,7 +1298,7 @@ def main() -> None:
             stop_the_others(spare={zygote.pid})
         findings += [f"{f} was rewritten" for f, d in expected.items() if _digest(os.path.join(root, f)) != d]
         logs.append(f"==== {target}\n{_tail(os.path.join(os.path.dirname(ini), 'child.log'))}")
-        scratch.restore()
+        scratch.rebuild()  # every entry made again: which ones a child touched is no mark for the next
         ipc = remove_ipc(ipc) if in_sandbox else ipc
         audit = answer.get("audit")
         if answer and not isinstance(audit, list):  # not the answer the child's own code made

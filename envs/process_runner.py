@@ -47,8 +47,6 @@ MAX_OBSERVED = 1000
 would push past the limit is the real observation)."""
 MAX_VALUE = 20000
 """Characters kept of one observed value."""
-KEPT_TOTAL = 1 << 40
-"""Every file of the writable folders is kept, whatever its size, to be made again (`Scratch.rebuild`)."""
 
 
 def _kit() -> Any:
@@ -175,7 +173,7 @@ def main() -> None:
             report["collect_errors"]["(build)"] = (
                 output if code is not None else "the build ran past its limit"
             )
-    scratch = kit.Scratch([plan["root"], *(kit.SCRATCH if in_sandbox else [])], keep=KEPT_TOTAL)
+    scratch = kit.Scratch([plan["root"], *(kit.SCRATCH if in_sandbox else [])])
     ipc = kit.remove_ipc(set()) if in_sandbox else set()
     targets = list(plan["targets"])
     random.SystemRandom().shuffle(targets)

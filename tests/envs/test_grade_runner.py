@@ -247,7 +247,7 @@ with open(os.path.join(scratch, "left.txt"), "w") as f:  # what a child leaves b
     f.write("forged")
 with open(os.path.join(scratch, "kept.txt"), "w") as f:
     f.write("changed")
-root.restore()
+root.rebuild()
 print(json.dumps({
     "mounts": sorted(root.mounts), "read under the mount": under_mount,
     "left": os.path.exists(os.path.join(scratch, "left.txt")),
@@ -348,3 +348,38 @@ def test_the_audit_hook_leaves_the_standard_librarys_own_reads_to_it(tmp_path: P
     assert not [s for s in suspicion if "shapes.py" in s], suspicion
     assert "tests/test_peek.py: at run time: peek.py:5: object.__getattr__" in suspicion, suspicion
     assert any(s.startswith("tests/test_peek.py: at run time: peek.py:9: sys._getframe") for s in suspicion)
+
+
+MAILBOX = """import os
+
+
+def fresh():
+    # a.txt was made before z.txt: a later change time means an earlier child wrote it
+    seen = os.stat("a.txt").st_ctime_ns > os.stat("z.txt").st_ctime_ns
+    with open("a.txt", "w") as f:
+        f.write("a\\n")
+    return not seen
+"""
+"""Code under test that tells whether an earlier child ran: by which entry's change time is newer."""
+
+
+def test_what_a_child_touched_is_no_mark_for_a_later_one(tmp_path: Path) -> None:
+    """Putting back only what a child changed gives what it touched a new change time (and inode); every
+    entry is made again instead, in one order, so a child that compares them learns nothing of another
+    target's run: the second test file's child would fail here if it could tell."""
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    (root / "a.txt").write_text("a\n")
+    (root / "z.txt").write_text("z\n")
+    (root / "mailbox.py").write_text(MAILBOX)
+    for name in ("one", "two"):
+        (root / "tests" / f"test_{name}.py").write_text(
+            f"import mailbox\n\n\ndef test_{name}():\n    assert mailbox.fresh()\n"
+        )
+    report, _ = run_runner(Path(sys.executable), tmp_path, ["tests/test_one.py", "tests/test_two.py"])
+    assert report["outcomes"] == {
+        "tests/test_one.py::test_one": "passed",
+        "tests/test_two.py::test_two": "passed",
+    }
+    assert (root / "a.txt").read_text() == "a\n" and sorted(p.name for p in root.iterdir()) == [
+        "a.txt", "mailbox.py", "tests", "z.txt"]  # fmt: skip
