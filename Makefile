@@ -55,6 +55,7 @@ bench: setup image
 	$(BIN)/pip install -q -e '.[dev,bench]'
 	$(BIN)/python benchmarks/sandbox.py; sandbox=$$?; $(BIN)/python benchmarks/reset.py; reset=$$?; \
 	  $(BIN)/python benchmarks/remote_sandbox.py; remote=$$?; $(BIN)/python benchmarks/languages.py; \
+	  $(BIN)/python benchmarks/scratch_rebuild.py; \
 	  $(BIN)/python benchmarks/learner.py; learner=$$?; \
 	  $(BIN)/python benchmarks/rollout_throughput.py; rollouts=$$?; \
 	  $(BIN)/python benchmarks/canary_distinguisher.py; \
