@@ -8,6 +8,7 @@ learner's micro-batches are), H the teacher header's tokens.
     opsd_signal        (S, T) teacher, student -> (S, T)  clip(log p_T - log p_S, +-c) on model tokens
     turn_mean          (S, T) -> (S, T)                   the signal averaged over each generation
     dense_advantages   (S,) outcome, (S, T) signal -> (S, T)
+    dense_weight       step -> float                      beta, decayed linearly to 0 over `decay_steps`
     surprisal_gate     (S, T) student log-probs -> (S, T) weights of a hint rollout's tokens
 
 On-policy self-distillation (OPSD, arXiv 2601.18734): the student samples on its own; the same model,
@@ -27,7 +28,7 @@ from torch import Tensor
 from tasks.model import Task
 
 Privileged = Literal["gold_patch", "hidden_tests", "failing_output"]
-CreditMode = Literal["outcome", "opsd", "outcome+opsd"]
+CreditMode = Literal["outcome", "opsd", "outcome+opsd", "outcome*opsd"]
 
 HEADER_TITLE = "Reference material for this task (not shown to the agent):"
 
@@ -81,17 +82,38 @@ def turn_mean(signal: Tensor, mask: Tensor) -> Tensor:
     return means[flat] * on  # (S, T)
 
 
-def dense_advantages(outcome: Tensor, signal: Tensor, mask: Tensor, mode: CreditMode, beta: float) -> Tensor:
+def dense_advantages(
+    outcome: Tensor, signal: Tensor, mask: Tensor, mode: CreditMode, beta: float, band: float = 0.2
+) -> Tensor:
     """The per-token advantage the learner trains on. outcome: (S,) each row's GRPO advantage; signal:
     (S, T) from `opsd_signal` (or `turn_mean` of it); mask: (S, T). -> (S, T), 0 off the mask.
 
     `outcome`: the outcome on every model token (plain GRPO). `opsd`: beta * signal alone. `outcome+opsd`:
-    their sum, so the dense term refines the group-relative credit without replacing it."""
+    their sum (the dense term can outweigh the outcome: with |A| <= 1 and the gap clipped to +-clip, it
+    flips the sign of a success's credit wherever beta * gap < -A). `outcome*opsd`: the outcome scaled per
+    token, its sign kept, as OPSD's authors mix their signal with GRPO's (arXiv 2601.18734, read in issue
+    39): A * clip(1 + beta * sign(A) * g_t, 1 - band, 1 + band), so a success's tokens the teacher favours
+    (g_t > 0) get up to (1 + band) A, and a failure's tokens it disfavours up to (1 + band) of the blame;
+    `band` < 1 keeps every weight positive."""
     spread = outcome.unsqueeze(1) * mask  # (S, T)
     if mode == "outcome":
         return spread
+    if mode == "outcome*opsd":
+        if not 0 < band < 1:
+            raise ValueError(f"band must be in (0, 1) so that no token's credit changes sign, got {band}")
+        toward = torch.sign(outcome).unsqueeze(1) * signal  # (S, T) the gap, turned to the outcome's side
+        weight = (1 + beta * toward).clamp(1 - band, 1 + band)  # (S, T)
+        return spread * weight
     dense = beta * signal * mask  # (S, T)
     return dense if mode == "opsd" else spread + dense
+
+
+def dense_weight(beta: float, step: int, decay_steps: int) -> float:
+    """The dense signal's weight at training step `step` (0-based): `beta`, decayed linearly to 0 over
+    `decay_steps` steps (0: no decay), as OPSD's hybrid lets the outcome take over as training goes on."""
+    if decay_steps <= 0:
+        return beta
+    return beta * max(0.0, 1.0 - step / decay_steps)
 
 
 def surprisal_gate(student: Tensor, mask: Tensor, tau: float, spike_cap: float) -> Tensor:

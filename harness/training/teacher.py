@@ -19,6 +19,7 @@ from harness.training.credit import (
     CreditMode,
     Privileged,
     dense_advantages,
+    dense_weight,
     opsd_signal,
     privileged_header,
     turn_mean,
@@ -68,6 +69,25 @@ def served_teacher_logprobs(
     return out
 
 
+PROBE_TEXT = "def add(a, b):\n    return a + b\n"
+"""What `served_temperature` has a server score."""
+
+
+def served_temperature(scorer: Scorer, temperature: float, ids: list[int]) -> None:
+    """Refuses a server whose prompt log-probs ignore the temperature (vLLM's score at 1 whatever is asked)
+    when the run samples at another: its teacher's gap would also measure the temperature. `ids` are
+    scored at `temperature` and at 1; the same values mean the temperature was ignored."""
+    if temperature in (0.0, 1.0) or len(ids) < 2:
+        return
+    asked, plain = scorer.prompt_logprobs(ids, temperature), scorer.prompt_logprobs(ids, 1.0)
+    if all(abs(a - b) < 1e-6 for a, b in zip(asked, plain, strict=True)):
+        raise ValueError(
+            f"credit.teacher_via: server: the server's prompt log-probs ignore the temperature (at"
+            f" {temperature:g} they equal those at 1, as vLLM's do); sample at temperature 1 or score with"
+            " credit.teacher_via: learner"
+        )
+
+
 class CreditConfig(BaseModel):
     """Dense credit from the task's privileged context (on-policy self-distillation, OPSD)."""
 
@@ -75,7 +95,9 @@ class CreditConfig(BaseModel):
 
     mode: CreditMode = "outcome"
     """`outcome`: the GRPO advantage on every model token (the default). `opsd`: the clipped teacher-student
-    gap alone. `outcome+opsd`: both, summed on each token."""
+    gap alone. `outcome+opsd`: both, summed on each token (the gap can flip a success's sign).
+    `outcome*opsd`: the outcome scaled per token by clip(1 + beta * sign(A) * gap, 1 - band, 1 + band), its
+    sign kept (OPSD's own hybrid with GRPO; `credit.dense_advantages`)."""
     privileged: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
     """What the teacher's header holds: `gold_patch`, `hidden_tests`, `failing_output`. The student never
     sees it: its rows, prompts and sandboxes are untouched."""
@@ -89,7 +111,11 @@ class CreditConfig(BaseModel):
     clip: float = Field(default=1.0, gt=0)
     """The gap log p_T - log p_S is clipped to +-clip on each token (unclipped, style tokens dominate)."""
     beta: float = Field(default=1.0, ge=0)
-    """Weight of the dense signal in the advantage."""
+    """Weight of the dense signal in the advantage (at step 0, when `decay_steps` decays it)."""
+    band: float = Field(default=0.2, gt=0, lt=1)
+    """`outcome*opsd`: each token's weight on the outcome stays within 1 +- band."""
+    decay_steps: int = Field(default=0, ge=0)
+    """The dense weight falls linearly from `beta` to 0 over this many training steps (0: it stays)."""
     granularity: Literal["token", "turn"] = "token"
     """`turn`: each generation (a tool call or a summary) gets its tokens' mean signal on all of them."""
     hint_rollouts: int = Field(default=0, ge=0)
@@ -139,6 +165,7 @@ def with_dense_credit(
     config: CreditConfig,
     temperature: float,
     device: torch.device,
+    step: int = 0,
 ) -> Credited:
     """Each row with its per-token advantage (`credit.dense_advantages`): the teacher scores the row's own
     tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task); the
@@ -161,7 +188,8 @@ def with_dense_credit(
         clipped += int((gap.abs() > config.clip).sum())
         if config.granularity == "turn":
             signal = turn_mean(signal, mask)
-        dense = dense_advantages(torch.tensor([row.advantage]), signal, mask, config.mode, config.beta)
+        beta = dense_weight(config.beta, step, config.decay_steps)
+        dense = dense_advantages(torch.tensor([row.advantage]), signal, mask, config.mode, beta, config.band)
         out.append(replace(row, token_advantages=[float(v) for v in dense[0]], teacher_logprobs=scored))
     every = torch.cat(gaps) if gaps else torch.zeros(0)
     metrics = {

@@ -56,7 +56,15 @@ from harness.training.learner import Learner, LearnerConfig, Row, rows_from_traj
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.streaming import GroupLearner, GroupStream, Roll, merged_stats
 from harness.training.sync import WeightSync, cpu_weights, in_place, to_cluster, to_copy, to_servers
-from harness.training.teacher import CreditConfig, Credited, header_ids, teacher_folder, with_dense_credit
+from harness.training.teacher import (
+    PROBE_TEXT,
+    CreditConfig,
+    Credited,
+    header_ids,
+    served_temperature,
+    teacher_folder,
+    with_dense_credit,
+)
 from policies.base import TokenPolicy
 from policies.chat_format import ChatFormat
 from policies.cpu_threads import async_sampler_threads, cpu_threads, host_cores
@@ -223,6 +231,18 @@ class TrainConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _comparable_logprobs(self) -> TrainConfig:
+        """The dense gap compares the teacher's log-probs with the student's: both over the whole
+        vocabulary (a served teacher's temperature is checked when the run opens: `served_temperature`)."""
+        top_p = self.rollout.sampling.top_p
+        if self.credit.mode != "outcome" and top_p < 1:
+            raise ValueError(
+                f"credit.mode {self.credit.mode} with sampling.top_p {top_p}: the sampler's log-probs are"
+                " renormalised over the nucleus, the teacher's are not, so the gap leans negative; use top_p 1"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _streamable(self) -> TrainConfig:
         blocker = stream_blocker(self)
         if self.stream_groups and blocker is not None:
@@ -374,7 +394,7 @@ def _learn_whole(run: TrainingRun, step: int) -> LearnedStep:
     rolled = time.monotonic()
     rows, advantage_stats = _rows(run, batch.trained)
     scoring = time.monotonic()
-    credit = run.credit(rows, batch.trained)  # dense credit from the privileged context, if asked for
+    credit = run.credit(rows, batch.trained, step)  # dense credit from the privileged context, if asked for
     credit_s = time.monotonic() - scoring
     hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
     rows = credit.rows + hinted.rows
@@ -524,8 +544,9 @@ class TrainingRun:
         for close in self.closers:
             close()
 
-    def credit(self, rows: list[Row], trajectories: list[Trajectory]) -> Credited:
-        """`rows` with dense advantages when `credit.mode` asks for them (`harness/training/teacher.py`)."""
+    def credit(self, rows: list[Row], trajectories: list[Trajectory], step: int) -> Credited:
+        """`rows` with dense advantages when `credit.mode` asks for them (`harness/training/teacher.py`), the
+        dense weight as it stands at `step` (0-based)."""
         config = self.config.credit
         if config.mode == "outcome" or not rows:
             return Credited(rows, {})
@@ -540,6 +561,7 @@ class TrainingRun:
             config,
             self.config.rollout.sampling.temperature,
             self.processes.device,
+            step,
         )
 
 
@@ -591,6 +613,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     teacher: Any = None
     if config.credit.mode != "outcome" and config.credit.teacher_via == "server":
         teacher = server  # the sampler's servers hold the current policy's weights
+        served_temperature(teacher, config.rollout.sampling.temperature, policy.tokenizer.encode(PROBE_TEXT))
     elif config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
         folder = teacher_folder(config.credit.teacher, config.model)
         teacher = policy.model if folder is None else _frozen(folder, processes)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness.training.credit import dense_advantages, opsd_signal, privileged_header, turn_mean
+from harness.training.credit import dense_advantages, dense_weight, opsd_signal, privileged_header, turn_mean
 from tasks.model import HiddenTests, Task
 
 TEACHER = torch.tensor([[-0.5, -1.0, -3.0, -0.2, -0.1], [-1.0, -2.0, 0.0, 0.0, 0.0]])
@@ -39,6 +39,53 @@ def test_dense_advantages_by_mode() -> None:
     both = dense_advantages(outcome, signal, MASK, "outcome+opsd", beta=0.5)
     assert torch.allclose(both, spread + 0.5 * signal)
     assert float(both[0, 2]) == 0.0  # a tool result's token gets nothing
+
+
+def test_the_mixed_mode_keeps_the_outcomes_sign_where_the_sum_flips_it() -> None:
+    """`outcome*opsd`: A * clip(1 + beta * sign(A) * g, 1 - band, 1 + band), worked by hand. A success
+    (A = 0.3) whose tokens the teacher disfavours by a full clip (g = -1): the sum gives 0.3 - 1.0 = -0.7,
+    blame for a success; the mix gives 0.3 * 0.8 = 0.24. A failure (A = -0.4) with g = +0.5 and -1.0."""
+    outcome = torch.tensor([0.3, -0.4])
+    signal = torch.tensor([[-1.0, 0.1, 0.0, 1.0, 0.0], [0.5, -1.0, 0.0, 0.0, 0.0]])
+    summed = dense_advantages(outcome, signal, MASK, "outcome+opsd", beta=1.0)
+    assert float(summed[0, 0]) == pytest.approx(-0.7)  # the additive form's sign flip
+    mixed = dense_advantages(outcome, signal, MASK, "outcome*opsd", beta=1.0, band=0.2)
+    expected = torch.tensor(
+        [
+            [0.3 * 0.8, 0.3 * 1.1, 0.0, 0.3 * 1.2, 0.3 * 1.0],  # 1 - 1.0 -> 0.8; 1.1; 1 + 1.0 -> 1.2; 1.0
+            [-0.4 * 0.8, -0.4 * 1.2, 0.0, 0.0, 0.0],  # the teacher favours token 0: less blame; not token 1
+        ]
+    )
+    assert torch.allclose(mixed, expected)
+    assert bool(((mixed * outcome.unsqueeze(1)) >= 0).all())  # no token's credit changes sign
+    half = dense_advantages(outcome, signal, MASK, "outcome*opsd", beta=0.05, band=0.2)
+    assert float(half[0, 3]) == pytest.approx(0.3 * 1.05)  # inside the band, the weight is 1 + beta * g
+    with pytest.raises(ValueError, match="band must be in"):
+        dense_advantages(outcome, signal, MASK, "outcome*opsd", beta=1.0, band=1.0)
+
+
+def test_the_dense_weight_decays_to_nothing_over_its_steps() -> None:
+    assert [dense_weight(0.5, k, 4) for k in range(6)] == [0.5, 0.375, 0.25, 0.125, 0.0, 0.0]
+    assert dense_weight(0.5, 100, 0) == 0.5  # no decay asked
+
+
+def test_a_served_teacher_that_ignores_the_temperature_is_refused() -> None:
+    """vLLM's prompt log-probs are the raw model's whatever temperature is asked (it cannot run here: a
+    stand-in scorer answers as it does); `harness serve`'s honour it (the test above)."""
+    from harness.training.teacher import served_temperature
+
+    class IgnoresTemperature:
+        def prompt_logprobs(self, ids: list[int], temperature: float) -> list[float]:
+            return [-1.0 - 0.1 * i for i in range(len(ids) - 1)]
+
+    class Honours:
+        def prompt_logprobs(self, ids: list[int], temperature: float) -> list[float]:
+            return [(-1.0 - 0.1 * i) / temperature for i in range(len(ids) - 1)]
+
+    with pytest.raises(ValueError, match="ignore the temperature"):
+        served_temperature(IgnoresTemperature(), 0.7, [1, 2, 3])
+    served_temperature(Honours(), 0.7, [1, 2, 3])
+    served_temperature(IgnoresTemperature(), 1.0, [1, 2, 3])  # at 1 there is nothing to ignore
 
 
 def test_the_header_holds_what_was_asked_in_a_fixed_order() -> None:
@@ -107,6 +154,17 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     assert out.token_advantages == pytest.approx(expected, abs=1e-5)
     assert 0.0 <= credited.metrics["credit_clipped_fraction"] <= 1.0 and "credit_gap_p95" in credited.metrics
 
+    # the mixed form, its weight decayed a quarter of the way (step 1 of 4): beta 2.0 -> 1.5
+    mixed = CreditConfig(mode="outcome*opsd", clip=1.0, beta=2.0, band=0.2, decay_steps=4)
+    (out,) = with_dense_credit([row], [header], model, mixed, 1.0, cpu, step=1).rows
+    weights = [
+        max(0.8, min(1.2, 1 + 1.5 * max(-1.0, min(1.0, t - s)))) if m else 0.0
+        for t, s, m in zip(teacher, row.sampler_logprobs[1:], row.mask[1:], strict=True)
+    ]
+    assert out.token_advantages == pytest.approx([0.5 * w for w in weights], abs=1e-5)
+    (gone,) = with_dense_credit([row], [header], model, mixed, 1.0, cpu, step=4).rows  # decayed away
+    assert gone.token_advantages == pytest.approx([0.5 * m for m in row.mask[1:]], abs=1e-6)
+
 
 def test_a_served_teacher_scores_as_the_in_process_one(tiny_model_path: Path, tiny_policy: object) -> None:
     """`credit.teacher_via: server`: the same row after the same header, scored through `harness serve`'s
@@ -143,6 +201,17 @@ def test_a_served_teacher_needs_the_runs_servers_and_the_current_policy(tiny_mod
             base
             | {"sampler": "tito:m@http://127.0.0.1:1/v1", "credit": base["credit"] | {"teacher": "reference"}}  # type: ignore[operator]
         )
+
+
+def test_dense_credit_refuses_a_nucleus_sampler(tiny_model_path: Path) -> None:
+    from pydantic import ValidationError
+
+    from harness.training.train import TrainConfig
+
+    base = {"model": str(tiny_model_path), "sampling": {"top_p": 0.9}}
+    with pytest.raises(ValidationError, match="renormalised over the nucleus"):
+        TrainConfig.model_validate(base | {"credit": {"mode": "outcome*opsd"}})
+    TrainConfig.model_validate(base)  # plain GRPO compares nothing across contexts
 
 
 def test_the_teacher_may_be_another_model_that_reads_the_same_ids(
