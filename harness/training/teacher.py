@@ -158,6 +158,15 @@ class Credited:
     metrics: dict[str, float]
 
 
+def _scored(
+    scorer: Any, header: Sequence[int], row: Row, temperature: float, device: torch.device
+) -> list[float]:
+    """The row's tokens scored after `header` by a model in-process or a `Scorer` (a server)."""
+    if isinstance(scorer, Scorer):
+        return served_teacher_logprobs(scorer, header, [row], temperature)[0]
+    return teacher_logprobs(scorer, header, [row], temperature, device)[0]
+
+
 def with_dense_credit(
     rows: Sequence[Row],
     headers: Sequence[Sequence[int]],
@@ -166,22 +175,25 @@ def with_dense_credit(
     temperature: float,
     device: torch.device,
     step: int = 0,
+    student: Any = None,
 ) -> Credited:
     """Each row with its per-token advantage (`credit.dense_advantages`): the teacher scores the row's own
-    tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task); the
-    student's log-probs are the sampler's. The rows' ids are not changed. `teacher` is a model scored
-    in-process, or a `Scorer` (a server's prompt log-probs)."""
+    tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task), and the
+    student scores them with no header: `student` is the learner's model (a served teacher's own server,
+    so that both sides come from one engine), by default the teacher itself. Never the sampler's stored
+    log-probs: in an async run those are stale, and another engine's differ, and the gap would measure
+    that too. The rows' ids are not changed. `teacher` and `student` are models scored in-process, or
+    `Scorer`s (a server's prompt log-probs)."""
     if config.mode == "outcome":
         return Credited(list(rows), {})
+    student = teacher if student is None else student
     out, gaps, clipped = [], [], 0
     for row, header in zip(rows, headers, strict=True):
-        if isinstance(teacher, Scorer):
-            (scored,) = served_teacher_logprobs(teacher, header, [row], temperature)
-        else:
-            (scored,) = teacher_logprobs(teacher, header, [row], temperature, device)
+        scored = _scored(teacher, header, row, temperature, device)
+        own = _scored(student, [], row, temperature, device)
         mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
         t_lp = torch.tensor([scored], dtype=torch.float32)  # (1, T-1)
-        s_lp = torch.tensor([row.sampler_logprobs[1:]], dtype=torch.float32)  # (1, T-1)
+        s_lp = torch.tensor([own], dtype=torch.float32)  # (1, T-1) the learner's, in the student's context
         signal = opsd_signal(t_lp, s_lp, mask, config.clip)  # (1, T-1)
         gap = (t_lp - s_lp)[mask.bool()]
         gaps.append(gap)

@@ -65,7 +65,7 @@ from harness.training.teacher import (
     teacher_folder,
     with_dense_credit,
 )
-from policies.base import TokenPolicy
+from policies.base import Scorer, TokenPolicy
 from policies.chat_format import ChatFormat
 from policies.cpu_threads import async_sampler_threads, cpu_threads, host_cores
 from policies.hf import HFPolicy
@@ -562,6 +562,7 @@ class TrainingRun:
             self.config.rollout.sampling.temperature,
             self.processes.device,
             step,
+            self.teacher if isinstance(self.teacher, Scorer) else self.policy.model,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -147,11 +148,16 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     (out,) = credited.rows
     assert out.ids == row.ids and out.mask == row.mask  # the student's row, header-free
     (teacher,) = teacher_logprobs(model, header, [row], 1.0, cpu)
+    (own,) = teacher_logprobs(model, [], [row], 1.0, cpu)  # the learner's, in the student's context
     expected = [
         2.0 * max(-1.0, min(1.0, t - s)) if m else 0.0
-        for t, s, m in zip(teacher, row.sampler_logprobs[1:], row.mask[1:], strict=True)
+        for t, s, m in zip(teacher, own, row.mask[1:], strict=True)
     ]
     assert out.token_advantages == pytest.approx(expected, abs=1e-5)
+    # the sampler's stored log-probs (stale in an async run, another engine's) play no part
+    stale = replace(row, sampler_logprobs=[0.0, 0.0, -0.1, -0.1, 0.0, -0.1, -0.1])
+    (same,) = with_dense_credit([stale], [header], model, config, 1.0, cpu).rows
+    assert same.token_advantages == pytest.approx(out.token_advantages, abs=1e-6)
     assert 0.0 <= credited.metrics["credit_clipped_fraction"] <= 1.0 and "credit_gap_p95" in credited.metrics
 
     # the mixed form, its weight decayed a quarter of the way (step 1 of 4): beta 2.0 -> 1.5
@@ -159,7 +165,7 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     (out,) = with_dense_credit([row], [header], model, mixed, 1.0, cpu, step=1).rows
     weights = [
         max(0.8, min(1.2, 1 + 1.5 * max(-1.0, min(1.0, t - s)))) if m else 0.0
-        for t, s, m in zip(teacher, row.sampler_logprobs[1:], row.mask[1:], strict=True)
+        for t, s, m in zip(teacher, own, row.mask[1:], strict=True)
     ]
     assert out.token_advantages == pytest.approx([0.5 * w for w in weights], abs=1e-5)
     (gone,) = with_dense_credit([row], [header], model, mixed, 1.0, cpu, step=4).rows  # decayed away
