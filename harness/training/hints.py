@@ -3,9 +3,11 @@ gradient. `credit.hint_rollouts: k` samples k more rollouts of that task with th
 statement (a "hint" task, id `TASK.hint`); the successful ones are trained on as if the student had
 written them: each segment's prompt is rebuilt without the header (the student's own context), the
 tokens after it are kept as they were sampled, the student's log-probs of them are taken in that context,
-and each token's advantage is the success's advantage over its failed group times the surprisal gate
-(`credit.surprisal_gate`). Hint rollouts never enter a group's baseline: their rows are added after the
-group advantages are taken.
+and each token's advantage is the success's advantage times the surprisal gate (`credit.surprisal_gate`).
+That advantage is the one the learner's own estimator gives it as one more rollout of its failed group
+(`hint_advantage`): the same baseline and the same group or batch scaling as every other row. A token the
+gate sets to 0 leaves the row's mask, so it weighs in no token-mean denominator. Hint rollouts never
+enter a group's baseline: their rows are added after the group advantages are taken.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from harness.agent.conversation import prompt_ids
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig
 from harness.training.credit import surprisal_gate
-from harness.training.learner import Row
+from harness.training.learner import LearnerConfig, Row, trajectory_advantages
 from harness.training.teacher import CreditConfig, teacher_logprobs
 from policies.chat_format import ChatFormat
 from tasks.model import HINT_SUFFIX, Task
@@ -34,18 +36,17 @@ def hint_task(task: Task, header: str) -> Task:
     return task.model_copy(update={"id": task.id + HINT_SUFFIX, "problem_statement": statement})
 
 
-def failed_groups(trajectories: Sequence[Trajectory]) -> dict[str, float]:
-    """The tasks whose every graded rollout failed (none correct), with their mean reward (the baseline a
-    hint success is measured against). Infra errors count neither way."""
+def failed_groups(trajectories: Sequence[Trajectory]) -> list[str]:
+    """The tasks whose every graded rollout failed (none correct), sorted. Infra errors count neither way."""
     graded: dict[str, list[Trajectory]] = {}
     for t in trajectories:
         if t.status != "infra_error" and t.grade is not None:
             graded.setdefault(t.task_id, []).append(t)
-    return {
-        task_id: sum(t.reward for t in group) / len(group)
+    return sorted(
+        task_id
         for task_id, group in graded.items()
         if all(t.grade is not None and t.grade.correct < 1.0 for t in group)
-    }
+    )
 
 
 def student_prompts(
@@ -83,9 +84,24 @@ class Hinted:
     metrics: dict[str, float]
 
 
+def hint_advantage(success: Trajectory, batch: Sequence[Trajectory], learner: LearnerConfig) -> float:
+    """A hint success's advantage as one more rollout of its task's group in `batch`: the learner's own
+    estimator (`trajectory_advantages`: its baseline, its group or batch scaling) over the batch's rollouts
+    with the success added to that group; only the success's own advantage is taken."""
+    task_id = success.task_id.removesuffix(HINT_SUFFIX)
+    group = next(t.group_id for t in batch if t.task_id == task_id)
+    rewards = torch.tensor([*(t.reward for t in batch), success.reward], dtype=torch.float64)  # (N + 1,)
+    valid = torch.tensor(
+        [*(t.status != "infra_error" and t.trainable and t.ids_verified for t in batch), True]
+    )
+    advantages, _ = trajectory_advantages(rewards, [*(t.group_id for t in batch), group], valid, learner)
+    return float(advantages[-1])
+
+
 def hint_rows(
     hints: Sequence[Trajectory],
-    baselines: dict[str, float],
+    batch: Sequence[Trajectory],
+    learner: LearnerConfig,
     tasks: dict[str, Task],
     fmt: ChatFormat,
     rollout: RolloutConfig,
@@ -93,17 +109,17 @@ def hint_rows(
     config: CreditConfig,
     device: torch.device,
 ) -> Hinted:
-    """Rows of the successful hint rollouts in the student's context, each token's advantage (reward -
-    the failed group's mean) x the surprisal gate of the student's own log-prob (`student`, the model
-    being trained, scores them at the rollout's temperature); the student's log-probs stand as the
-    sampler's, so no importance weight corrects them away."""
+    """Rows of the successful hint rollouts in the student's context, each token's advantage
+    (`hint_advantage` over the step's `batch`) x the surprisal gate of the student's own log-prob
+    (`student`, the model being trained, scores them at the rollout's temperature), gated-out tokens off
+    the mask; the student's log-probs stand as the sampler's, so no importance weight corrects them away."""
     rows, gated, tokens = [], 0, 0
     solved = [
         t for t in hints if t.grade is not None and t.grade.correct >= 1.0 and t.trainable and t.ids_verified
     ]
     for t in solved:
         task_id = t.task_id.removesuffix(HINT_SUFFIX)
-        advantage = t.reward - baselines[task_id]
+        advantage = hint_advantage(t, batch, learner)
         for row in student_rows(t, student_prompts(t, fmt, tasks[task_id], rollout)):
             # The student's own log-probs, in its own context (the row's prompt has no header).
             (own,) = teacher_logprobs(student, [], [row], rollout.sampling.temperature, device)
@@ -112,7 +128,12 @@ def hint_rows(
             gated += int(((weight < 1) & mask.bool()).sum())
             tokens += int(mask.sum())
             dense = [advantage * float(w) for w in weight[0]]
-            rows.append(Row(row.ids, row.mask, [0.0, *own], advantage, row.source, token_advantages=dense))
+            kept = [
+                row.mask[0],
+                *(m if float(w) > 0 else 0 for m, w in zip(row.mask[1:], weight[0], strict=True)),
+            ]
+            if sum(kept):
+                rows.append(Row(row.ids, kept, [0.0, *own], advantage, row.source, token_advantages=dense))
     metrics = {
         "hint_rollouts": float(len(hints)),
         "hint_tokens_generated": float(sum(t.metrics.generated_tokens for t in hints)),

@@ -531,13 +531,13 @@ class TrainingRun:
             return Hinted([], {"hint_rollouts": 0.0} if config.hint_rollouts else {})
         jobs = [
             (hint_task(self.tasks[task_id], privileged_header(self.tasks[task_id], config.privileged)), k)
-            for task_id in sorted(failed)
+            for task_id in failed
             for k in range(step * config.hint_rollouts, (step + 1) * config.hint_rollouts)
         ]
         fmt = ChatFormat(self.policy.tokenizer, self.policy.stop_ids())
         return hint_rows(
-            self.hint_roll(jobs), failed, self.tasks, fmt, self.config.rollout, self.policy.model, config,
-            self.processes.device,
+            self.hint_roll(jobs), trajectories, self.config.learner, self.tasks, fmt, self.config.rollout,
+            self.policy.model, config, self.processes.device,
         )  # fmt: skip
 
     def close(self) -> None:

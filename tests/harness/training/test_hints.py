@@ -18,8 +18,16 @@ from harness.rollouts.config import RolloutConfig
 from harness.rollouts.local import rollout
 from harness.rollouts.store import RunStore
 from harness.training.credit import privileged_header, surprisal_gate
-from harness.training.hints import failed_groups, hint_rows, hint_task, student_prompts, student_rows
-from harness.training.teacher import CreditConfig
+from harness.training.hints import (
+    failed_groups,
+    hint_advantage,
+    hint_rows,
+    hint_task,
+    student_prompts,
+    student_rows,
+)
+from harness.training.learner import LearnerConfig
+from harness.training.teacher import CreditConfig, teacher_logprobs
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from summarizer import resume_messages
@@ -67,7 +75,7 @@ def test_hint_tasks_and_the_groups_that_failed() -> None:
         trajectory("b", 0, 0.0), trajectory("b", 1, 1.0),
     ]  # fmt: skip
     # a: its graded rollouts all failed (the infra error counts neither way); b: one passed.
-    assert failed_groups(batch) == {"a": 0.0}
+    assert failed_groups(batch) == ["a"]
 
 
 def hint_trajectory(policy: HFPolicy, hinted: Task) -> tuple[Trajectory, ChatFormat]:
@@ -111,18 +119,52 @@ def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy
         assert not any(row.ids[i : i + len(window)] == window for i in range(len(row.ids)))  # no header
         assert any(ids[i : i + len(window)] == window for i in range(len(ids)))  # the rollout had it
     config = CreditConfig(hint_rollouts=2, gate_tau=2.0, spike_cap=30.0)
+    failed = [trajectory("t", i, r) for i, r in enumerate((0.0, 0.5, 0.5, 0.0))]  # its group: all failed
     hinted_rows = hint_rows(
-        [t, trajectory(hinted.id, 1, 0.0)], {"t": 0.25}, {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, config,
-        torch.device("cpu"),
+        [t, trajectory(hinted.id, 1, 0.0)], failed, LearnerConfig(), {"t": TASK}, fmt, ROLLOUT,
+        tiny_policy.model, config, torch.device("cpu"),
     )  # fmt: skip
     assert hinted_rows.metrics["hint_success_rate"] == 0.5 and hinted_rows.metrics["hint_rollouts"] == 2.0
     for row in hinted_rows.rows:
         model = [t for t, m in enumerate(row.mask[1:]) if m]
-        assert row.token_advantages is not None and row.advantage == 0.75  # 1 - the failed group's 0.25
+        # one more rollout of its group: 1 - mean(0, .5, .5, 0, 1) = 0.6 (scale none, GRPO's baseline)
+        assert row.token_advantages is not None and row.advantage == pytest.approx(0.6)
         # The tiny random model finds every token surprising (about ln 2048 = 7.6 > tau): gated below 0.75.
-        assert all(0 < row.token_advantages[i] < 0.75 for i in model)
+        assert all(0 < row.token_advantages[i] < 0.6 for i in model)
         assert all(row.sampler_logprobs[i + 1] < 0 for i in model)  # the student's own, not the sampler's
     assert hinted_rows.metrics["hint_gated_fraction"] == 1.0
+
+
+def test_a_hint_success_is_scaled_as_its_group_and_its_spikes_leave_the_mask(tiny_policy: HFPolicy) -> None:
+    """`advantage_scale: group`: (1 - 0.4) / (std(0, .5, .5, 0, 1) + 1e-6), the std Bessel-corrected:
+    sqrt(0.70 / 4) = 0.41833. With the spike cap under every token's surprisal (the tiny model's are about
+    7.6), every model token is gated to 0: none is left on the mask (it would count in the token-mean
+    denominator with nothing to learn), and the row is dropped."""
+    hinted = hint_task(TASK, privileged_header(TASK, ["gold_patch"]))
+    t, fmt = hint_trajectory(tiny_policy, hinted)
+    failed = [trajectory("t", i, r) for i, r in enumerate((0.0, 0.5, 0.5, 0.0))]
+    assert hint_advantage(t, failed, LearnerConfig(advantage_scale="group")) == pytest.approx(
+        0.6 / (math.sqrt(0.70 / 4) + 1e-6)
+    )
+    assert hint_advantage(t, failed, LearnerConfig(advantage="rloo")) == pytest.approx(
+        0.75
+    )  # 1 - mean(others)
+    cpu = torch.device("cpu")
+    spiky = CreditConfig(hint_rollouts=1, gate_tau=0.5, spike_cap=1.0)
+    none = hint_rows([t], failed, LearnerConfig(), {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, spiky, cpu)
+    assert none.rows == [] and none.metrics["hint_gated_fraction"] == 1.0
+    (plain, *_) = student_rows(t, student_prompts(t, fmt, TASK, ROLLOUT))
+    (own,) = teacher_logprobs(tiny_policy.model, [], [plain], ROLLOUT.sampling.temperature, cpu)
+    surprisals = sorted(-v for v, m in zip(own, plain.mask[1:], strict=True) if m)
+    cap = (surprisals[0] + surprisals[-1]) / 2  # some of this row's tokens above it, some not
+    some = CreditConfig(hint_rollouts=1, gate_tau=0.0, spike_cap=cap)
+    (first, *_) = hint_rows(
+        [t], failed, LearnerConfig(), {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, some, cpu
+    ).rows
+    assert first.token_advantages is not None
+    on_mask = [i for i, m in enumerate(first.mask[1:]) if m]
+    assert 0 < len(on_mask) < len(surprisals)  # the spikes left the mask...
+    assert all(first.token_advantages[i] > 0 for i in on_mask)  # ...and every token left on it learns
 
 
 def test_a_students_first_prompt_is_the_one_its_rollout_sampled_from(
