@@ -27,32 +27,27 @@ from torch import Tensor
 
 from tasks.model import Task
 
-Privileged = Literal["gold_patch", "hidden_tests", "failing_output"]
+Privileged = Literal["gold_patch", "hidden_tests"]
+"""What the teacher's header may hold. (A third part, the hidden tests' output on the unfixed repository,
+was never recorded by grading, so the header always read "(not known)": removed, issue 39.)"""
 CreditMode = Literal["outcome", "opsd", "outcome+opsd", "outcome*opsd"]
 
 HEADER_TITLE = "Reference material for this task (not shown to the agent):"
 
 
-def privileged_header(task: Task, parts: Sequence[Privileged], failing_output: str | None = None) -> str:
-    """The teacher's header: the task's privileged context in a fixed form, the parts in the order given.
-
-    `failing_output` is the hidden tests' output on the unfixed repository, taken at validation; without
-    it that part says it is not known rather than being left out silently."""
+def privileged_header(task: Task, parts: Sequence[Privileged]) -> str:
+    """The teacher's header: the task's privileged context in a fixed form, the parts in the order given."""
     sections = [HEADER_TITLE]
     for part in dict.fromkeys(parts):
         if part == "gold_patch":
             sections.append(f"## A correct fix\n```diff\n{(task.gold_patch or '(none)').rstrip()}\n```")
-        elif part == "hidden_tests":
+        else:
             files = "\n".join(
-                f"### {path}\n```python\n{text.rstrip()}\n```"
+                f"### {path}\n```{task.language}\n{text.rstrip()}\n```"
                 for path, text in sorted(task.hidden_tests.files.items())
             )
             ids = "\n".join(f"- {test_id}" for test_id in task.hidden_tests.fail_to_pass)
             sections.append(f"## The tests that must pass\n{ids}\n{files}".rstrip())
-        else:
-            sections.append(
-                f"## The failing tests' output before the fix\n```\n{(failing_output or '(not known)').rstrip()}\n```"
-            )
     return "\n\n".join(sections) + "\n"
 
 

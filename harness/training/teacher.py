@@ -99,7 +99,7 @@ class CreditConfig(BaseModel):
     `outcome*opsd`: the outcome scaled per token by clip(1 + beta * sign(A) * gap, 1 - band, 1 + band), its
     sign kept (OPSD's own hybrid with GRPO; `credit.dense_advantages`)."""
     privileged: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
-    """What the teacher's header holds: `gold_patch`, `hidden_tests`, `failing_output`. The student never
+    """What the teacher's header holds: `gold_patch`, `hidden_tests`. The student never
     sees it: its rows, prompts and sandboxes are untouched."""
     teacher: str = "self"
     """Which weights score: `self` (the current policy, with the header), `reference` (the run's starting

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
+from pydantic import ValidationError
 
 from harness.training.credit import dense_advantages, dense_weight, opsd_signal, privileged_header, turn_mean
+from harness.training.teacher import CreditConfig
 from tasks.model import HiddenTests, Task
 
 TEACHER = torch.tensor([[-0.5, -1.0, -3.0, -0.2, -0.1], [-1.0, -2.0, 0.0, 0.0, 0.0]])
@@ -98,7 +100,8 @@ def test_the_header_holds_what_was_asked_in_a_fixed_order() -> None:
     assert header.index("tests that must pass") < header.index("A correct fix")  # as asked, once each
     assert header.count("tests that must pass") == 1
     assert "- tests/test_x.py::test_y" in header and "def test_y(): ..." in header and "+++ b/x.py" in header
-    assert "(not known)" in privileged_header(task, ["failing_output"])
+    with pytest.raises(ValidationError, match="gold_patch"):  # a part nothing records is no setting
+        CreditConfig(privileged=["failing_output"])  # type: ignore[list-item]
     assert privileged_header(task, ["gold_patch"]) == privileged_header(task, ["gold_patch"])  # fixed
 
 
@@ -131,7 +134,7 @@ def test_the_teacher_scores_the_students_own_tokens_after_the_header(tiny_policy
 
 def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_policy: object) -> None:
     from harness.training.learner import Row
-    from harness.training.teacher import CreditConfig, teacher_logprobs, with_dense_credit
+    from harness.training.teacher import teacher_logprobs, with_dense_credit
 
     model = tiny_policy.model  # type: ignore[attr-defined]
     cpu = torch.device("cpu")
