@@ -113,14 +113,18 @@ def hint_rows(
     (`hint_advantage` over the step's `batch`) x the surprisal gate of the student's own log-prob
     (`student`, the model being trained, scores them at the rollout's temperature), gated-out tokens off
     the mask; the student's log-probs stand as the sampler's, so no importance weight corrects them away."""
-    rows, gated, tokens = [], 0, 0
+    rows, gated, tokens, dropped = [], 0, 0, 0
     solved = [
         t for t in hints if t.grade is not None and t.grade.correct >= 1.0 and t.trainable and t.ids_verified
     ]
     for t in solved:
         task_id = t.task_id.removesuffix(HINT_SUFFIX)
         advantage = hint_advantage(t, batch, learner)
-        for row in student_rows(t, student_prompts(t, fmt, tasks[task_id], rollout)):
+        segments = student_rows(t, student_prompts(t, fmt, tasks[task_id], rollout))
+        if config.hint_summaries == "drop":  # later segments open on a summary written under the header
+            dropped += sum(1 for row in segments if row.source is not None and row.source[1] > 0)
+            segments = [row for row in segments if row.source is None or row.source[1] == 0]
+        for row in segments:
             # The student's own log-probs, in its own context (the row's prompt has no header).
             (own,) = teacher_logprobs(student, [], [row], rollout.sampling.temperature, device)
             mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
@@ -139,5 +143,6 @@ def hint_rows(
         "hint_tokens_generated": float(sum(t.metrics.generated_tokens for t in hints)),
         "hint_success_rate": len(solved) / len(hints) if hints else 0.0,
         "hint_gated_fraction": gated / tokens if tokens else 0.0,
+        "hint_segments_dropped": float(dropped),
     }
     return Hinted(rows, metrics)

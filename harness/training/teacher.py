@@ -126,6 +126,10 @@ class CreditConfig(BaseModel):
     gate_tau: float = Field(default=2.0, ge=0)
     """A hint rollout's token counts fully where the student's surprisal -log p_S is at most this, and
     exp(-(s - tau)) beyond."""
+    hint_summaries: Literal["drop", "keep"] = "drop"
+    """A hint rollout's segments after its first summary open on that summary, which was written with the
+    header in view and may carry it: `drop` trains only its first segment (the summary's own tokens
+    there are gated as any other), `keep` trains them all in that context."""
     spike_cap: float = Field(default=8.0, gt=0)
     """A hint rollout's token whose student surprisal is above this counts 0 (a token only the header
     explains)."""
@@ -176,37 +180,50 @@ def with_dense_credit(
     device: torch.device,
     step: int = 0,
     student: Any = None,
+    context: int | None = None,
 ) -> Credited:
     """Each row with its per-token advantage (`credit.dense_advantages`): the teacher scores the row's own
     tokens after the row's header (`headers[i]`, the tokens of `privileged_header` for its task), and the
     student scores them with no header: `student` is the learner's model (a served teacher's own server,
     so that both sides come from one engine), by default the teacher itself. Never the sampler's stored
     log-probs: in an async run those are stale, and another engine's differ, and the gap would measure
-    that too. The rows' ids are not changed. `teacher` and `student` are models scored in-process, or
-    `Scorer`s (a server's prompt log-probs)."""
+    that too. A row whose header and ids pass `context` tokens (the model's window) is not scored: its
+    signal is 0, and `credit_rows_too_long` counts it. The rows' ids are not changed. `teacher` and
+    `student` are models scored in-process, or `Scorer`s (a server's prompt log-probs)."""
     if config.mode == "outcome":
         return Credited(list(rows), {})
     student = teacher if student is None else student
-    out, gaps, clipped = [], [], 0
+    beta = dense_weight(config.beta, step, config.decay_steps)
+    out, gaps, too_long = [], [], 0
     for row, header in zip(rows, headers, strict=True):
-        scored = _scored(teacher, header, row, temperature, device)
-        own = _scored(student, [], row, temperature, device)
         mask = torch.tensor([row.mask[1:]], dtype=torch.float32)  # (1, T-1)
-        t_lp = torch.tensor([scored], dtype=torch.float32)  # (1, T-1)
-        s_lp = torch.tensor([own], dtype=torch.float32)  # (1, T-1) the learner's, in the student's context
-        signal = opsd_signal(t_lp, s_lp, mask, config.clip)  # (1, T-1)
-        gap = (t_lp - s_lp)[mask.bool()]
-        gaps.append(gap)
-        clipped += int((gap.abs() > config.clip).sum())
+        scored: list[float] | None = None
+        signal = torch.zeros_like(mask)  # (1, T-1)
+        if context is None or len(header) + len(row.ids) <= context:
+            scored = _scored(teacher, header, row, temperature, device)
+            t_lp = torch.tensor([scored], dtype=torch.float32)  # (1, T-1)
+            s_lp = torch.tensor(
+                [_scored(student, [], row, temperature, device)], dtype=torch.float32
+            )  # (1, T-1)
+            signal = opsd_signal(t_lp, s_lp, mask, config.clip)  # (1, T-1)
+            gaps.append((t_lp - s_lp)[mask.bool()])
+        else:
+            too_long += 1
         if config.granularity == "turn":
             signal = turn_mean(signal, mask)
-        beta = dense_weight(config.beta, step, config.decay_steps)
         dense = dense_advantages(torch.tensor([row.advantage]), signal, mask, config.mode, beta, config.band)
         out.append(replace(row, token_advantages=[float(v) for v in dense[0]], teacher_logprobs=scored))
+    return Credited(out, _gap_metrics(gaps, config.clip) | {"credit_rows_too_long": float(too_long)})
+
+
+def _gap_metrics(gaps: list[torch.Tensor], clip: float) -> dict[str, float]:
+    """The teacher-student gap over every scored token: its mean, its 95th percentile of size, and the
+    share clipped."""
     every = torch.cat(gaps) if gaps else torch.zeros(0)
-    metrics = {
-        "credit_gap_mean": float(every.mean()) if every.numel() else 0.0,
-        "credit_gap_p95": float(every.abs().quantile(0.95)) if every.numel() else 0.0,
-        "credit_clipped_fraction": clipped / every.numel() if every.numel() else 0.0,
+    if not every.numel():
+        return {"credit_gap_mean": 0.0, "credit_gap_p95": 0.0, "credit_clipped_fraction": 0.0}
+    return {
+        "credit_gap_mean": float(every.mean()),
+        "credit_gap_p95": float(every.abs().quantile(0.95)),
+        "credit_clipped_fraction": float((every.abs() > clip).sum()) / every.numel(),
     }
-    return Credited(out, metrics)

@@ -563,6 +563,7 @@ class TrainingRun:
             self.processes.device,
             step,
             self.teacher if isinstance(self.teacher, Scorer) else self.policy.model,
+            getattr(self.policy.model.config, "max_position_embeddings", None),  # the teacher's window too
         )
 
 

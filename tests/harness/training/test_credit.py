@@ -162,6 +162,7 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     (same,) = with_dense_credit([stale], [header], model, config, 1.0, cpu).rows
     assert same.token_advantages == pytest.approx(out.token_advantages, abs=1e-6)
     assert 0.0 <= credited.metrics["credit_clipped_fraction"] <= 1.0 and "credit_gap_p95" in credited.metrics
+    out_opsd = out.token_advantages
 
     # the mixed form, its weight decayed a quarter of the way (step 1 of 4): beta 2.0 -> 1.5
     mixed = CreditConfig(mode="outcome*opsd", clip=1.0, beta=2.0, band=0.2, decay_steps=4)
@@ -173,6 +174,15 @@ def test_dense_credit_is_the_clipped_gap_and_leaves_the_rows_ids_alone(tiny_poli
     assert out.token_advantages == pytest.approx([0.5 * w for w in weights], abs=1e-5)
     (gone,) = with_dense_credit([row], [header], model, mixed, 1.0, cpu, step=4).rows  # decayed away
     assert gone.token_advantages == pytest.approx([0.5 * m for m in row.mask[1:]], abs=1e-6)
+    # a header and row past the model's window are not scored: no signal, the outcome alone, counted
+    window = len(header) + len(row.ids) - 1
+    cut = with_dense_credit([row], [header], model, config, 1.0, cpu, context=window)
+    assert cut.rows[0].token_advantages == pytest.approx(
+        [0.0] * (len(row.ids) - 1)
+    )  # `opsd`: the signal alone
+    assert cut.metrics["credit_rows_too_long"] == 1.0 and cut.rows[0].teacher_logprobs is None
+    fits = with_dense_credit([row], [header], model, config, 1.0, cpu, context=window + 1)
+    assert fits.metrics["credit_rows_too_long"] == 0.0 and fits.rows[0].token_advantages == out_opsd
 
 
 def test_a_served_teacher_scores_as_the_in_process_one(tiny_model_path: Path, tiny_policy: object) -> None:
