@@ -134,16 +134,16 @@ def test_a_hint_success_is_trained_in_the_students_context(tiny_policy: HFPolicy
         assert all(row.sampler_logprobs[i + 1] < 0 for i in model)  # the student's own, not the sampler's
     assert hinted_rows.metrics["hint_gated_fraction"] == 1.0
     # segment 1 opens on the summary written with the header in view: not trained unless asked
-    assert [r.source for r in hinted_rows.rows] == [(t.id, 0)] and hinted_rows.metrics[
-        "hint_segments_dropped"
-    ] == 1
+    assert [r.source for r in hinted_rows.rows] == [(t.id, 0)]
+    assert hinted_rows.metrics["hint_segments_dropped"] == 1
     keep = config.model_copy(update={"hint_summaries": "keep"})
-    kept = hint_rows(
-        [t], failed, LearnerConfig(), {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, keep, torch.device("cpu")
-    )
-    assert [r.source for r in kept.rows] == [(t.id, 0), (t.id, 1)] and kept.metrics[
-        "hint_segments_dropped"
-    ] == 0
+    cpu = torch.device("cpu")
+    kept = hint_rows([t], failed, LearnerConfig(), {"t": TASK}, fmt, ROLLOUT, tiny_policy.model, keep, cpu)
+    assert [r.source for r in kept.rows] == [(t.id, 0), (t.id, 1)]
+    assert kept.metrics["hint_segments_dropped"] == 0
+    for row in kept.rows:  # the importance reference: the student's log-probs with no header, exactly
+        (own,) = teacher_logprobs(tiny_policy.model, [], [row], ROLLOUT.sampling.temperature, cpu)
+        assert row.sampler_logprobs[1:] == pytest.approx(own, abs=1e-6)
 
 
 def test_a_hint_success_is_scaled_as_its_group_and_its_spikes_leave_the_mask(tiny_policy: HFPolicy) -> None:
