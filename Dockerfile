@@ -1,6 +1,6 @@
 # The sandbox image: Python, git, pytest, the language plug-ins' toolchains (rustc and cargo, Go, a JDK with
-# Maven and JUnit) and the in-sandbox executor.
-# CI builds it offline on a debootstrapped Debian: docker build --build-arg BASE_IMAGE=harness-base:bookworm-langs2 .
+# Maven and JUnit, Node.js with TypeScript) and the in-sandbox executor.
+# CI builds it offline on a debootstrapped Debian: docker build --build-arg BASE_IMAGE=harness-base:bookworm-langs3 .
 ARG BASE_IMAGE=python:3.11-slim
 FROM ${BASE_IMAGE}
 
@@ -8,9 +8,10 @@ FROM ${BASE_IMAGE}
 RUN command -v git >/dev/null || (apt-get update && apt-get install -y --no-install-recommends git \
         && rm -rf /var/lib/apt/lists/*)
 RUN python3 -c "import pytest" 2>/dev/null || python3 -m pip install --no-cache-dir pytest
-RUN command -v cargo >/dev/null && command -v go >/dev/null && command -v mvn >/dev/null || (apt-get update \
+RUN command -v cargo >/dev/null && command -v go >/dev/null && command -v mvn >/dev/null \
+        && command -v node >/dev/null && [ -d /usr/share/nodejs/typescript ] || (apt-get update \
         && apt-get install -y --no-install-recommends rustc cargo golang-go default-jdk-headless maven junit4 junit5 \
-           libsurefire-java && rm -rf /var/lib/apt/lists/*)
+           libsurefire-java nodejs node-typescript && rm -rf /var/lib/apt/lists/*)
 # A sandbox's /tmp starts empty: what an install left there (a JVM's hsperfdata_root, owned by root) is not
 # the sandbox user's to remove, and a reset would fail on it.
 RUN rm -rf /tmp/* /var/tmp/*

@@ -3,7 +3,7 @@ PY ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 IMAGE ?= harness-sandbox:latest
-BASE_IMAGE ?= harness-base:bookworm-langs2
+BASE_IMAGE ?= harness-base:bookworm-langs3
 
 .PHONY: setup image test test-newest lint bench demo clean
 
@@ -19,16 +19,16 @@ setup: $(BIN)/harness
 	$(BIN)/harness env build --quiet >/dev/null
 
 # The sandbox image, built on an offline base made by debootstrap when no registry is reachable (again when
-# an image lacks a toolchain a language plug-in runs: cargo, go, mvn). It needs
+# an image lacks a toolchain a language plug-in runs: cargo, go, mvn, node). It needs
 # nothing of .venv, so `make -j2` builds it while pip installs. Where podman is installed, its storage gets
 # a copy of Docker's build (again whenever the two differ), or, with no Docker daemon, podman builds it.
 image:
 	@if docker info >/dev/null 2>&1; then \
-	  docker run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
+	  docker run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && node --version && [ -d /usr/share/nodejs/typescript ] && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
 	    bash .ci/build-base-image.sh $(BASE_IMAGE) && \
 	    docker build -q --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
 	elif command -v podman >/dev/null 2>&1; then \
-	  podman run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
+	  podman run --rm --network none --entrypoint sh $(IMAGE) -c 'cargo --version && go version && mvn -v && node --version && [ -d /usr/share/nodejs/typescript ] && [ -z "$$(ls -A /tmp)" ]' >/dev/null 2>&1 || { \
 	    ENGINE=podman bash .ci/build-base-image.sh $(BASE_IMAGE) && \
 	    podman build -q --network none --pull=never --build-arg BASE_IMAGE=$(BASE_IMAGE) -t $(IMAGE) . ; }; \
 	else echo "no Docker daemon: the docker backend's tests will skip (fail under CI=true)"; fi

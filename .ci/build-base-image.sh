@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Builds the sandbox base image offline: debootstrap a minimal Debian with python3, pytest, git and the
-# language toolchains the language plug-ins run (envs/languages/: rustc and cargo) from
-# Debian's package mirror, then `docker import` it (`podman import` with ENGINE=podman). No image registry is
-# needed.
+# language toolchains the language plug-ins run (envs/languages/: rustc and cargo, Go, a JDK, Node.js with
+# TypeScript) from Debian's package mirror, then `docker import` it (`podman import` with ENGINE=podman).
+# No image registry is needed.
 set -euo pipefail
-tag="${1:-harness-base:bookworm-langs2}"
+tag="${1:-harness-base:bookworm-langs3}"
 engine="${ENGINE:-docker}"
 if "$engine" image inspect "$tag" >/dev/null 2>&1; then
   echo "base image $tag already present"
@@ -19,7 +19,7 @@ debootstrap --variant=minbase --include=python3,python3-pytest,git,procps,ca-cer
 # The toolchains, installed in the new root by its own apt (debootstrap's minbase cannot configure rustc
 # among its base packages), from the same suites as the host's (.ci/run installs the same packages there,
 # which bubblewrap sandboxes bind).
-toolchains="rustc cargo golang-go default-jdk-headless maven junit4 junit5 libsurefire-java"
+toolchains="rustc cargo golang-go default-jdk-headless maven junit4 junit5 libsurefire-java nodejs node-typescript"
 cat > "$root/etc/apt/sources.list" <<'LIST'
 deb http://deb.debian.org/debian bookworm main
 deb http://deb.debian.org/debian bookworm-updates main

@@ -1,0 +1,335 @@
+"""JavaScript and TypeScript with Node's own test runner (`node:test`): each hidden test in a process of its
+own (`envs/process_grading.py`).
+
+One plug-in for both: TypeScript is told by its suffix (`.ts`, `.cts`), and a task's `language` is
+`javascript` either way. A task's hidden files are test files (`test/roman.test.js`, `src/x.spec.ts`); its
+ids are `PATH::NAME`, where NAME is a `test(...)`/`it(...)` call's string, after the names of the
+`describe(...)` blocks around it joined by ` > ` (`PATH::roman > reads back 1994`). Each copy runs as
+`DIR/h<hex>.test.EXT` in the hidden file's own folder; a `.ts` copy's build transpiles it once beside
+itself (`.js`) with Debian's TypeScript (`transpileModule`: CommonJS, types stripped unchecked, an inline
+source map, so a failure names the `.ts` file's line). Each test runs alone: `node -e LAUNCH FILE NAME`,
+where LAUNCH (the grader's, below) escapes the test's own name into an anchored `--test-name-pattern` and
+starts one Node process with the TAP reporter, source maps and LOAD, which defines what rewritten
+assertions call, transpiles the repository's `.ts` modules on `require` and loads the copy (`require`, or
+`import()` for ES modules). Exit status 0 with TAP's `# pass 1` then `# fail 0` is a pass: the filter ran
+exactly one test (Node 18 and 20 match it against a test's own name, and report the others skipped).
+Nothing of the repository configures the run: no `package.json` script, no `--require`/`--import`
+(NODE_OPTIONS is emptied), no runner config file is read. Works on Node 18 (the image's Debian `nodejs`)
+and 20. Mocha, Jest, Vitest and `node_modules` are not supported: a task runs on Node's own modules.
+
+Held assertions: `assert.strictEqual(A, E)`, `assert.deepStrictEqual`, `assert.equal`, `assert.deepEqual`
+(`node:assert`, called as `assert.X`) and `expect(A).toBe(E)` / `.toEqual` / `.toStrictEqual`, each
+rewritten to report A through `harness_observe` (LOAD's; a rendering with sorted keys, strings
+JSON-quoted); probing, both sides are reported and compared with `assert.deepStrictEqual`. The judge drops,
+beside Python's rules, the package's and the runners' settings (`package.json`, lock files, `.npmrc`,
+`tsconfig*.json`, Jest/Vitest/Mocha/Babel configs), `node_modules/`, test files and compiled outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import PurePosixPath
+
+from envs.process_grading import Commands, ProcessLanguage
+from envs.process_held import Equality
+from envs.reward import SourceStyle
+
+CALL = re.compile(r"(?<![\w.$])(describe|suite|test|it)(?:\.only|\.skip|\.todo)?\s*\(\s*([\"'`])")
+ASSERT = re.compile(r"(?<![\w.$])(?:assert(?:\.\w+)?|expect)\s*\(")
+EQUAL = re.compile(r"assert\.(?:strictEqual|deepStrictEqual|equal|deepEqual)\s*\(")
+MATCHER = re.compile(r"\s*\.\s*(toBe|toEqual|toStrictEqual)\s*\(")
+CHAIN = re.compile(r"\s*\.\s*(?:not\s*\.\s*)?\w+\s*\(")
+"""A matcher called on `expect(...)`'s result (`.toBe(`, `.not.toEqual(`)."""
+SUFFIXES = (".js", ".mjs", ".cjs", ".ts", ".cts")
+TEST_NAME = re.compile(r"(^|[./])(test|tests|spec|__tests__)$|\.(test|spec)\.[cm]?[jt]sx?$")
+PACKAGE_FILES = frozenset(
+    {"package.json", "package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml",
+     ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".babelrc", ".nvmrc", ".node-version"}
+)  # fmt: skip
+CONFIG = re.compile(
+    r"^(jest|vitest|vite|babel|ava|karma|playwright|cypress)\.config\.|^\.mocharc|^tsconfig.*\.json$"
+    r"|^jsconfig.*\.json$|^\.babelrc|^\.swcrc$"
+)
+ARTEFACTS = (".map", ".tsbuildinfo", ".node", ".wasm", ".o", ".so")
+OUTPUT_DIRS = frozenset({"dist", "coverage", ".nyc_output", ".next"})
+
+
+def _string_end(source: str, start: int) -> int:
+    """The index just past the string literal (`'`, `"` or a template without nesting) at `start`."""
+    quote, i = source[start], start + 1
+    while i < len(source) and source[i] != quote:
+        i += 2 if source[i] == "\\" else 1
+    return i + 1
+
+
+def _skip(source: str, i: int) -> int:
+    """The index past a string or comment that starts at `i`; `i` when none does."""
+    if source[i] in "\"'`":
+        return _string_end(source, i)
+    if source.startswith("//", i):
+        end = source.find("\n", i)
+        return len(source) if end < 0 else end
+    if source.startswith("/*", i):
+        end = source.find("*/", i + 2)
+        return len(source) if end < 0 else end + 2
+    return i
+
+
+def closing(source: str, start: int) -> int:
+    """The index just past the bracket that closes the one at `start`, past strings and comments."""
+    depth, i = 0, start
+    while i < len(source):
+        if (past := _skip(source, i)) != i:
+            i = past
+            continue
+        if source[i] in "([{":
+            depth += 1
+        elif source[i] in ")]}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(source)
+
+
+def arguments(text: str) -> list[str]:
+    """A call's arguments (`text` between its parentheses), split at the commas outside brackets."""
+    parts, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        if (past := _skip(text, i)) != i:
+            i = past
+            continue
+        if text[i] in "([{":
+            depth += 1
+        elif text[i] in ")]}":
+            depth -= 1
+        elif text[i] == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+        i += 1
+    return [*parts, text[start:]] if text[start:].strip() else parts
+
+
+def _calls(source: str) -> list[tuple[str, str, int, int]]:
+    """(kind, name, start, end) of each `describe`/`test`/`it` call with a literal name, outside strings."""
+    found, i = [], 0
+    while (m := CALL.search(source, i)) is not None:
+        comment = max(source.rfind("//", 0, m.start()), source.rfind("\n", 0, m.start()))
+        if source[comment : comment + 2] == "//":
+            i = m.end()
+            continue
+        name_end = _string_end(source, m.end() - 1)
+        paren = source.index("(", m.start())
+        found.append((m.group(1), source[m.end() : name_end - 1], m.start(), closing(source, paren)))
+        i = name_end
+    return found
+
+
+def _tests(source: str) -> dict[str, tuple[int, int]]:
+    """Each test's full name (its `describe` blocks' names, then its own, joined by ` > `) -> its call's span."""
+    calls = _calls(source)
+    suites = [(name, start, end) for kind, name, start, end in calls if kind in ("describe", "suite")]
+    tests: dict[str, tuple[int, int]] = {}
+    for kind, name, start, end in calls:
+        if kind in ("test", "it"):
+            parents = [n for n, s, e in suites if s < start and end <= e]
+            tests.setdefault(" > ".join([*parents, name]), (start, end))
+    return tests
+
+
+def named_tests(source: str) -> list[str]:
+    return list(_tests(source))
+
+
+def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
+    """(start, end, line) of each `assert...(...)` / `expect(...).matcher(...)` call in `test`'s body."""
+    span = _tests(source).get(test)
+    if span is None:
+        return []
+    found, at = [], source.index("(", span[0]) + 1
+    while (m := ASSERT.search(source, at, span[1])) is not None:
+        if (past := _skip_to_code(source, at, m.start())) != at:
+            at = past
+            continue
+        end = closing(source, m.end() - 1)
+        while (chain := CHAIN.match(source, end)) is not None:
+            end = closing(source, chain.end() - 1)
+        found.append((m.start(), end, source.count("\n", 0, m.start()) + 1))
+        at = end
+    return found
+
+
+def _skip_to_code(source: str, at: int, target: int) -> int:
+    """`at` when `target` is code; else the index past the string or comment between them that holds it."""
+    i = at
+    while i < target:
+        past = _skip(source, i)
+        if past > target:
+            return past
+        i = past if past != i else i + 1
+    return at
+
+
+def equalities(source: str, test: str) -> list[Equality]:
+    """`assert.strictEqual(A, E[, message])` and its kin, and `expect(A).toBe(E)` and its kin, of `test`."""
+    found = []
+    for start, end, line in assertions_in(source, test):
+        sides = _sides(source[start:end])
+        if sides is not None:
+            found.append(Equality(start, end, line, *sides))
+    return found
+
+
+def _sides(call: str) -> tuple[str, str] | None:
+    plain = EQUAL.match(call)
+    if plain is not None:
+        args = arguments(call[plain.end() : closing(call, plain.end() - 1) - 1])
+        ok = len(args) in (2, 3) and closing(call, plain.end() - 1) == len(call)
+        return (args[0].strip(), args[1].strip()) if ok and all(a.strip() for a in args[:2]) else None
+    if not call.startswith("expect"):
+        return None
+    inner_end = closing(call, call.index("("))
+    actual = arguments(call[call.index("(") + 1 : inner_end - 1])
+    matcher = MATCHER.match(call, inner_end)
+    if matcher is None or len(actual) != 1 or closing(call, matcher.end() - 1) != len(call):
+        return None
+    expected = arguments(call[matcher.end() : len(call) - 1])
+    return (actual[0].strip(), expected[0].strip()) if len(expected) == 1 else None
+
+
+def observe(slot: int, actual: str, expected: str | None) -> str:
+    if expected is None:
+        return f"harness_observe({slot}, ({actual}))"
+    return f"harness_probe({slot}, ({actual}), ({expected}))"
+
+
+TRANSPILE = r"""
+const fs = require("fs");
+let ts = null;
+const transpiled = (file) => {
+  ts = ts || require("/usr/share/nodejs/typescript");
+  return ts.transpileModule(fs.readFileSync(file, "utf8"), { fileName: file, compilerOptions: {
+    module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2020, esModuleInterop: true,
+    inlineSourceMap: true, inlineSources: true } }).outputText;
+};
+"""
+"""Debian's TypeScript (node-typescript), types stripped without a check: CommonJS with an inline source
+map, which `--enable-source-maps` reads, so a stack names the `.ts` file's lines."""
+
+BUILD = (
+    TRANSPILE
+    + r"""
+const base = require("path").resolve(process.argv[1]);
+for (const [from, to] of [[".ts", ".js"], [".cts", ".cjs"]]) {
+  if (fs.existsSync(base + from)) fs.writeFileSync(base + to, transpiled(base + from));
+}
+"""
+)
+"""A copy's build: a `.ts` copy transpiled once beside itself (`.js`), not in each test's process."""
+
+LOAD = (
+    TRANSPILE
+    + r"""
+const path = require("path"), util = require("util"), assert = require("assert");
+const render = (v) => typeof v === "string" ? JSON.stringify(v)
+  : Array.isArray(v) ? "[" + v.map(render).join(", ") + "]"
+  : v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype
+    ? "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ": " + render(v[k])).join(", ") + "}"
+  : typeof v === "bigint" ? v + "n" : Object.is(v, -0) ? "-0"
+  : util.inspect(v, { depth: null, sorted: true, breakLength: Infinity, maxArrayLength: null });
+globalThis.harness_observe = (slot, value) => {
+  fs.writeSync(1, "\nharness-observe " + slot + " " + render(value) + "\n");
+};
+globalThis.harness_probe = (slot, actual, expected) => {
+  harness_observe(slot, actual); harness_observe(-1 - slot, expected);
+  assert.deepStrictEqual(actual, expected);
+};
+require.extensions[".ts"] = require.extensions[".cts"] = (module, file) => module._compile(transpiled(file), file);
+const base = path.resolve(process.argv[1]);
+const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
+const load = () => import(require("url").pathToFileURL(file).href);
+if (file.endsWith(".mjs")) load();
+else try { require(file); } catch (e) { if (e.code === "ERR_REQUIRE_ESM") load(); else throw e; }
+"""
+)
+"""Run in the test's process before its copy: what rewritten assertions call, the repository's `.ts`
+modules transpiled on `require`, the copy loaded (`process.argv[1]`: its path without the suffix; a `.ts`
+copy's build output first)."""
+
+LAUNCH = (
+    "const name = process.argv[2].split(' > ').pop().replace(/[.*+?^${}()|[\\]\\\\\\/]/g, '\\\\$&');"
+    "const run = require('child_process').spawnSync(process.execPath, ['--enable-source-maps',"
+    " '--test-reporter=tap', '--test-name-pattern=^' + name + '$', '-e', LOAD, process.argv[1]],"
+    " { stdio: 'inherit' });"
+    "process.exit(run.status === null ? 1 : run.status);"
+)
+
+
+def launch() -> str:
+    """The `-e` program of a test's command: LOAD in a Node process that runs only the named test."""
+    return "const LOAD = " + json.dumps(LOAD) + ";" + LAUNCH
+
+
+def run_path(path: str, token: str) -> str:
+    """`DIR/h<token>.test.EXT`: beside the hidden file, with its suffix (`.ts` stays TypeScript)."""
+    suffix = PurePosixPath(path).suffix
+    if suffix not in SUFFIXES:
+        raise ValueError(
+            f"{path}: a JavaScript task's hidden test files end with one of {', '.join(SUFFIXES)}"
+        )
+    return (PurePosixPath(path).parent / f"h{token}.test{suffix}").as_posix()
+
+
+def is_test_file(path: str) -> bool:
+    """Test folders (`test/`, `__tests__/`, `spec/`) and `*.test.*` / `*.spec.*` files."""
+    parts = PurePosixPath(path.lower()).parts
+    return any(TEST_NAME.search(p) for p in parts[:-1]) or TEST_NAME.search(parts[-1]) is not None
+
+
+def own_rule(path: str, content: bytes | None) -> str | None:
+    """The package's and the runners' settings, installed packages, compiled outputs."""
+    parts = PurePosixPath(path.lower()).parts
+    if parts[-1] in PACKAGE_FILES or CONFIG.search(parts[-1]):
+        return "a package or test runner setting (changes what the tests load or how they run)"
+    if "node_modules" in parts[:-1]:
+        return "an installed package (changes what the tests load)"
+    if any(p in OUTPUT_DIRS for p in parts[:-1]) or parts[-1].endswith(ARTEFACTS):
+        return "a compiled or generated artefact"
+    return None
+
+
+def failure_line(output: str, run: str) -> list[int]:
+    """Lines of `run` a failure's stack names (`(/repo/test/h1a2.test.js:12:5)` or `at /repo/...:12:5`),
+    not TAP's `location:` of the test's own call."""
+    name = re.escape(PurePosixPath(run).name)
+    return [int(n) for n in re.findall(r"(?:\(|\bat )(?:file://)?[^\s()']*/" + name + r":(\d+):\d+", output)]
+
+
+JAVASCRIPT = ProcessLanguage(
+    name="javascript",
+    suffixes=SUFFIXES,
+    test_command="node --test",
+    commands=Commands(
+        prepare=[],
+        build=["node", "-e", BUILD, "{dir}/{stem}"],
+        test=["node", "-e", launch(), "{dir}/{stem}", "{test}"],
+        passed=r"(?m)^# pass 1\n# fail 0$",
+        env={"NODE_OPTIONS": "", "NODE_PATH": "", "NODE_NO_WARNINGS": "1", "FORCE_COLOR": "0"},
+    ),
+    tests_in=named_tests,
+    assertions_in=assertions_in,
+    run_path=run_path,
+    is_test_file=is_test_file,
+    own_rule=own_rule,
+    failure_line=failure_line,
+    equalities=equalities,
+    observe=observe,
+    decorate=lambda source, probe: (source, ""),
+    helper_path=lambda run: "",
+    style=SourceStyle(
+        debug=re.compile(r"^\s*(console\.(log|debug|info|warn|error|trace|dir)\s*\(|debugger\s*;?\s*$)"),
+        comment="//",
+        code=re.compile(r"[;{}]\s*$|^(const|let|var|if|for|while|return|function|import|export)\b.*[=({;]"),
+    ),
+)

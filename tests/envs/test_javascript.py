@@ -1,0 +1,274 @@
+"""The JavaScript / TypeScript plug-in (`envs/languages/javascript.py`): its suite graded and validated on
+both backends, forgers in the test process and in the tree scored nothing, and its reading of test files."""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from envs.grading import grade_patch, integrity_of
+from envs.judge import judge_tree
+from envs.languages import language_of
+from envs.languages.javascript import (
+    JAVASCRIPT,
+    assertions_in,
+    equalities,
+    failure_line,
+    named_tests,
+    run_path,
+)
+from envs.process_grading import plan_process_run
+from envs.sandbox import SandboxConfig
+from envs.validation import validate_task
+from tasks.model import Task
+from tasks.suite import load_suite
+from tests.conftest import require_backend
+from tests.envs.test_languages import patched, replace_in
+
+RPN = "js-002-rpn-operand-order"
+WRAP = "ts-003-wrap-exact-width"
+
+
+@pytest.fixture(scope="module")
+def js_tasks() -> dict[str, Task]:
+    return {t.id: t for t in load_suite("javascript")}
+
+
+def test_the_suite_is_javascript_with_typescript_tests(js_tasks: dict[str, Task]) -> None:
+    assert {t.language for t in js_tasks.values()} == {"javascript"}
+    assert {integrity_of(t) for t in js_tasks.values()} == {"process"}
+    assert any(p.endswith(".ts") for t in js_tasks.values() for p in t.hidden_tests.files)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_the_suite_validates_with_its_canaries(backend: str) -> None:
+    """Gold 1, empty 0, expected values held outside the sandbox, at least 3 canaries a task, on the
+    host's Node (bwrap) and the image's (docker)."""
+    require_backend(backend)
+    for task in load_suite("javascript"):
+        result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
+        assert result.ok, (task.id, result.problems)
+        assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
+        assert result.canaries + result.held_canaries >= 3, task.id
+        assert result.decided_in_parent >= 5, task.id
+
+
+def exit_forger(tree: Path) -> None:
+    """Leaves the bug; loading the module under test ends the process as a passing TAP run would."""
+    replace_in(
+        tree / "src/rpn.js",
+        '"use strict";\n',
+        '"use strict";\nprocess.stdout.write("ok 1 - x\\n1..1\\n# tests 1\\n# pass 1\\n# fail 0\\n");\n'
+        "process.exit(0);\n",
+    )
+
+
+def reader_forger(tree: Path) -> None:
+    """Leaves the bug; `evaluate` reads the test file that called it and answers the literal it finds."""
+    replace_in(
+        tree / "src/rpn.js",
+        "function evaluate(expr) {\n",
+        "function evaluate(expr) {\n"
+        "  const caller = (new Error().stack.match(/\\((\\/[^:()]+\\.test\\.[jt]s):/) || [])[1];\n"
+        '  const text = caller ? require("fs").readFileSync(caller, "utf8") : "";\n'
+        "  const seen = text.split(`evaluate(${JSON.stringify(expr)}), `)[1];\n"
+        "  if (seen) return eval(`(${seen.slice(0, seen.indexOf('}') + 1)})`);\n",
+    )
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_forgers_in_the_test_process_score_nothing(
+    backend: str, js_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """Held values stop both: the one that exits as passed never reports them, and the one that reads its
+    test's file finds no expected value there. Without held values and canaries both are live."""
+    require_backend(backend)
+    task, config = js_tasks[RPN], SandboxConfig(backend=backend)
+    plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
+    for name, forger in [("exit", exit_forger), ("reader", reader_forger)]:
+        patch = patched(task, tmp_path / name, forger)
+        graded = grade_patch(task, patch, config)
+        assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, (name, graded)
+        assert graded.decided_in_parent >= 6, name
+        live = grade_patch(plain, patch, config, trial=[])
+        assert live.infra_error is None and live.correct == 1.0, (name, live)
+
+
+TREE_FORGERS: dict[str, tuple[str, str]] = {
+    "package.json": ("package.json", '{"type": "module", "scripts": {"test": "true"}}\n'),
+    "package-lock.json": ("package-lock.json", '{"lockfileVersion": 3}\n'),
+    ".mocharc.json": (".mocharc.json", '{"require": "src/pass.js"}\n'),
+    "jest.config.js": ("jest.config.js", "module.exports = {setupFiles: ['./src/pass.js']};\n"),
+    "tsconfig.json": ("tsconfig.json", '{"compilerOptions": {"module": "esnext"}}\n'),
+    ".npmrc": (".npmrc", "node-options=--require ./src/pass.js\n"),
+    "node_modules/assert/index.js": ("node_modules/assert/index.js", "module.exports = () => {};\n"),
+    "test/setup.js": ("test/setup.js", "process.exit(0);\n"),
+    "test/rpn.hidden.test.js": ("test/rpn.hidden.test.js", "require('node:test')('nested subtraction', () => {});\n"),
+    "dist/rpn.js": ("dist/rpn.js", "module.exports = {};\n"),
+    "src/rpn.js.map": ("src/rpn.js.map", '{"version": 3}\n'),
+}  # fmt: skip
+"""Path -> (path, text) of what each tree forger adds: runner settings, installed packages, test files,
+compiled outputs."""
+
+
+def add_file(tree: Path, path: str, text: str) -> None:
+    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+    (tree / path).write_text(text)
+
+
+def test_the_judge_applies_javascript_rules(js_tasks: dict[str, Task], tmp_path: Path) -> None:
+    task = js_tasks[RPN]
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo, tree)
+    replace_in(tree / "src/rpn.js", "right - left", "left - right")
+    for path, text in TREE_FORGERS.values():
+        add_file(tree, path, text)
+    add_file(tree, "src/pass.js", "process.exit(0);\n")
+    judged = judge_tree(task.repo, tree, set(task.hidden_tests.files), language_of(task).dropped)
+    assert set(judged.kept) == {"src/rpn.js", "src/pass.js"}
+    assert set(judged.dropped) == set(TREE_FORGERS)
+    for path in ("package.json", ".mocharc.json", "jest.config.js", "tsconfig.json", ".npmrc"):
+        assert judged.dropped[path].startswith("a package or test runner setting"), path
+    assert judged.dropped["node_modules/assert/index.js"].startswith("an installed package")
+    assert judged.dropped["test/rpn.hidden.test.js"] == "a hidden test path"
+    assert judged.dropped["test/setup.js"] == "a test path or test setting"
+    assert (
+        judged.dropped["dist/rpn.js"]
+        == judged.dropped["src/rpn.js.map"]
+        == "a compiled or generated artefact"
+    )
+    assert JAVASCRIPT.is_test_file("src/__tests__/x.js") and JAVASCRIPT.is_test_file("lib/a.spec.ts")
+    assert not JAVASCRIPT.is_test_file("src/latest.js") and not JAVASCRIPT.is_test_file("src/contest/x.js")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_tree_forgers_are_dropped(backend: str, js_tasks: dict[str, Task], tmp_path: Path) -> None:
+    """Each leaves the bug and adds what would change how the tests load or run: the path is dropped with
+    its reason, and the grade is the unfixed tree's (0)."""
+    require_backend(backend)
+    task, config = js_tasks[RPN], SandboxConfig(backend=backend)
+    for name in ("package.json", "node_modules/assert/index.js", "test/rpn.hidden.test.js", ".npmrc"):
+        path, text = TREE_FORGERS[name]
+        edit = functools.partial(add_file, path=path, text=text)
+        graded = grade_patch(task, patched(task, tmp_path / name.replace("/", "_"), edit), config)
+        assert graded.infra_error is None and path in graded.dropped_why, (path, graded.dropped_why)
+        assert graded.correct == 0.0 and graded.reward <= 0.0, path
+
+
+SOURCE = """const { describe, it, test } = require("node:test");
+// test("commented out", () => {});
+test('adds (two) numbers.', () => {
+  assert.strictEqual(add(1, 2), 3, "a message, with a comma");
+  assert.ok(`a ) paren` !== ")");
+});
+describe("outer", () => {
+  describe(`inner`, () => {
+    it("deep", async () => {
+      expect(f({ a: [1, 2] })).toEqual({ b: "}" });
+      expect(g()).not.toBe(2);
+      assert.deepStrictEqual(
+        h(),
+        [1]
+      );
+    });
+  });
+  it("adds", () => {});
+});
+"""
+
+
+def test_tests_and_assertions_are_read_from_source() -> None:
+    assert named_tests(SOURCE) == ["adds (two) numbers.", "outer > inner > deep", "outer > adds"]
+    spans = assertions_in(SOURCE, "adds (two) numbers.")
+    assert [line for _, _, line in spans] == [4, 5]
+    assert SOURCE[spans[1][0] : spans[1][1]] == 'assert.ok(`a ) paren` !== ")")'
+    found = equalities(SOURCE, "outer > inner > deep")
+    assert [(e.line, e.actual, e.expected) for e in found] == [
+        (10, "f({ a: [1, 2] })", '{ b: "}" }'),
+        (12, "h()", "[1]"),
+    ]  # `.not.toBe` is no equality
+    assert len(assertions_in(SOURCE, "outer > inner > deep")) == 3
+    ((_, _, line, actual, expected),) = [
+        (e.start, e.end, e.line, e.actual, e.expected) for e in equalities(SOURCE, "adds (two) numbers.")
+    ]
+    assert (line, actual, expected) == (4, "add(1, 2)", "3")
+    assert assertions_in(SOURCE, "outer > missing") == []
+
+
+RUNNABLE = """const { describe, it, test } = require("node:test");
+const assert = require("node:assert");
+test('adds (two) numbers.', () => {
+  assert.ok(true);
+  assert.strictEqual(1 + 2, 4);
+});
+test("adds (two) numbers", () => {});
+test("add", () => {});
+describe("outer", () => {
+  describe(`inner`, () => {
+    it("deep", () => assert.deepStrictEqual([1], [2]));
+  });
+  it("adds", () => {});
+});
+"""
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on PATH")
+def test_the_filter_runs_exactly_the_named_test(tmp_path: Path) -> None:
+    """Names with regex characters, a name that prefixes another, nested ones: each command runs one
+    test (TAP's `# pass 1`, or its failure), and a failure is placed at its assertion's line."""
+    import re
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t/h1.test.js").write_text(RUNNABLE)
+    outcomes = {}
+    for name in named_tests(RUNNABLE):
+        argv = [
+            a.replace("{dir}/{stem}", "t/h1.test").replace("{test}", name) for a in JAVASCRIPT.commands.test
+        ]
+        run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+        outcomes[name] = run.returncode == 0 and re.search(JAVASCRIPT.commands.passed, run.stdout) is not None
+        assert re.search(r"(?m)^# (pass|fail) 1$", run.stdout), (name, run.stdout)
+        if name == "adds (two) numbers.":
+            assert failure_line(run.stdout, "t/h1.test.js") == [5], run.stdout
+    assert outcomes == {
+        "adds (two) numbers.": False, "adds (two) numbers": True, "add": True, "outer > inner > deep": False,
+        "outer > adds": True,
+    }  # fmt: skip
+
+
+def test_a_failure_is_placed_by_its_stack_not_its_location() -> None:
+    tap = (
+        "not ok 1 - adds\n  ---\n  location: '/repo/test/h1a2.test.ts:5:5'\n  stack: |-\n"
+        "    TestContext.<anonymous> (/repo/test/h1a2.test.ts:8:10)\n    at Object.<anonymous> (/repo/test/h1a2.test.ts:9:3)\n"
+    )
+    assert failure_line(tap, "test/h1a2.test.ts") == [8, 9]
+    assert failure_line(tap, "test/h1a.test.ts") == []
+
+
+def test_every_copy_runs_under_a_fresh_name_with_its_suffix(js_tasks: dict[str, Task]) -> None:
+    task = js_tasks[WRAP]
+    plan = plan_process_run(language_of(task), task, task.hidden_tests.canaries)  # type: ignore[arg-type]
+    paths = [str(t["path"]) for t in plan.targets]
+    assert len(set(paths)) == len(paths) and all(p.startswith("test/h") for p in paths)
+    assert {Path(p).suffix for p in paths} == {".ts", ".js"}
+    real = next(t for t in plan.targets if plan.origin[str(t["path"])] == "test/wrap.hidden.test.ts")
+    assert '["aaa bbb", "ccc"]' not in str(real["content"]) and "harness_observe(" in str(real["content"])
+    assert run_path("a/b.spec.mjs", "ab12") == "a/hab12.test.mjs"
+    with pytest.raises(ValueError, match="end with one of"):
+        run_path("test/x.coffee", "ab12")
+
+
+def test_the_simplicity_term_reads_javascript(js_tasks: dict[str, Task]) -> None:
+    from envs.reward import RewardConfig, simplicity
+
+    task = js_tasks[RPN]
+    patch = (
+        "diff --git a/src/rpn.js b/src/rpn.js\n--- a/src/rpn.js\n+++ b/src/rpn.js\n@@ -1,1 +1,5 @@\n"
+        ' "use strict";\n+  console.log(stack);\n+  debugger;\n+  // stack.push(left - right);\n+// Says why.\n'
+    )
+    found = simplicity(patch, task.gold_patch, {}, {}, RewardConfig(), language_of(task).style)
+    assert len(found.debug_lines) == 2 and found.commented_code_lines == ["  // stack.push(left - right);"]
