@@ -54,6 +54,8 @@ ETC_FILES = (
     "ca-certificates",
     "gitconfig",
     "mime.types",
+    "java-17-openjdk",  # a Debian JDK's conf/ links here: no JVM starts without its java.security
+    "java-21-openjdk",
 )
 
 

@@ -119,6 +119,9 @@ class ProcessLanguage:
     """A copy's run path -> where its helper file goes."""
     integrity: Integrity = "process"
     holds_expected: bool = True
+    renamed: Callable[[str, str], str] = lambda text, run: text
+    """(a copy's text, its run path) -> the text it runs with: Java names its class as its file; as it is
+    by default."""
 
     def dropped(
         self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
@@ -273,7 +276,7 @@ def _copy(
     `path` itself removed while it runs (a test file of the base that the hidden one replaces); returns
     the copy's name."""
     run = _fresh(language, path, taken)
-    target = _target(language, run, text, tests)
+    target = _target(language, run, language.renamed(text, run), tests)
     target["remove"] = [path]
     target["extra"] = {language.helper_path(run): helper} if helper else {}
     plan.targets.append(target)

@@ -27,7 +27,8 @@ from tasks.plain import decode, encode
 
 GUESSABLE = frozenset(
     {"true", "false", "None", "()", "Ok(())", "Some(())", "Some(true)", "Some(false)", "Ok(true)", "Ok(false)",
-     "[]", "{}", '""', "0", "1", "-1", "Some(0)", "Ok(0)", "nil", "<nil>"}
+     "[]", "{}", '""', "0", "1", "-1", "Some(0)", "Ok(0)", "nil", "<nil>", "null", "undefined", "NaN",
+     "0.0", "0L", "Optional.empty"}
 )  # fmt: skip
 """Expected values a forger would guess from the actual side's type alone (a comparison is `true`, an
 empty result `[]`): never held, the assertion stays in the file, where text canaries watch it."""

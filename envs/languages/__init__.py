@@ -11,6 +11,10 @@ row here; nothing else branches on a language's name.
   (`envs/process_held.py`). Integrity `process`: the code under test runs in the process whose exit
   status decides its test, so it can end that process as passed; what it cannot do is report a held
   value it did not compute, and held canaries are the real copy's very text (docs/reliability.md 5k).
+- `java` (JUnit 5, or 4 through Vintage, on a Maven-layout repository, built with `javac` offline): the
+  same process-level grading, each test alone in its own JVM under JUnit's console launcher.
+- `javascript` (Node's `node:test`; `.js`, and by suffix TypeScript's `.ts`, transpiled in the test's
+  process): the same process-level grading, each test alone under an anchored `--test-name-pattern`.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ LANGUAGES: dict[str, str] = {
     "python": "envs.languages.python:PYTHON",
     "rust": "envs.languages.rust:RUST",
     "go": "envs.languages.go:GO",
+    "java": "envs.languages.java:JAVA",
+    "javascript": "envs.languages.javascript:JAVASCRIPT",
 }
 """Language name -> the dotted path of its plug-in (a `Language`), imported on first use."""
 

@@ -1,0 +1,416 @@
+"""Java with JUnit (Jupiter, or JUnit 4 through the Vintage engine): each hidden test in a process of its
+own (`envs/process_grading.py`).
+
+A task's repository has Maven's layout (`src/main/java`, `src/test/java`, a `pom.xml`); its hidden files
+are test classes (`src/test/java/PKG/NameTest.java`) and its ids `src/test/java/PKG/NameTest.java::method`,
+a `@Test` method without parameters. Each copy runs as `src/test/java/PKG/H<hex>Test.java`, its primary
+class renamed to match (`renamed`). The runner compiles `src/main/java` with `javac` into the grader's
+folder before any copy is written; for each copy `javac` compiles it against those classes and the JUnit
+jar, taking the other test sources it uses from `src/test/java` (`-sourcepath`); each test runs alone in
+a JVM of its own under JUnit's console launcher (`--select-method PKG.H<hex>Test#method`). Exit status 0
+with the launcher's summary of exactly one test found, started and successful is a pass. Nothing of the
+repository configures the run: no `pom.xml`, no annotation processor (`-proc:none`), and the judge drops
+JUnit's properties and service files.
+
+Why not Maven: Debian's local repository (`/usr/share/maven-repo`, all a sandbox has offline) holds
+Surefire but neither maven-compiler-plugin nor maven-resources-plugin, so `mvn -o compile` cannot build
+there; and `mvn -o surefire:test -Dtest=Class#method` on a tree built beforehand took 13 s a test where
+the launcher takes under 1 s (both on the same loaded 2-core host). Debian's
+`junit-platform-console-standalone.jar` (JUnit Platform 1.9, with Jupiter 5.9, Vintage and JUnit 4.13
+inside) is the one jar both builds and runs. The JVMs of javac and of the launcher map class-data archives
+made at `prepare` (`PREPARE`). Not supported: dependencies beyond JUnit (nothing is resolved), several
+modules, `@Nested` classes and parameterized or repeated tests (a hidden id is one plain `@Test`).
+
+Held assertions: `assertEquals(EXPECTED, ACTUAL)` and `assertArrayEquals(EXPECTED, ACTUAL)` with two
+arguments (JUnit's order: the expected value first; a message or a delta makes a third, and such calls are
+left alone, as is an expected `null`), each rewritten to report ACTUAL through `HarnessObserve`, a class
+appended after the copy's last line: a rendering by the value's runtime type (strings quoted, numbers
+in decimal, arrays and collections element by element, sets and maps sorted), printed on the process's
+own standard output (not `System.out`, which the code under test can replace). Probing, both sides are
+reported and compared as JUnit compares them. The judge drops, beside Python's rules, Maven's and
+Gradle's build files (`pom.xml`: Surefire's `skipTests`, `testFailureIgnore`, plugins, dependencies),
+`.mvn/` and the wrappers, test sources (`src/test/`), JUnit's settings and Java service files
+(`junit-platform.properties`, `META-INF/services/`: an extension, listener or engine in every test's JVM),
+module descriptors, and compiled outputs (`*.class`, `*.jar`, `target/`).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import PurePosixPath
+
+from envs.languages.source_text import arguments
+from envs.process_grading import Commands, ProcessLanguage
+from envs.process_held import Equality
+from envs.reward import SourceStyle
+
+JUNIT = "/usr/share/java/junit-platform-console-standalone.jar"
+"""Debian's JUnit console launcher (package junit5): JUnit Platform, Jupiter, Vintage and JUnit 4."""
+TESTS_ROOT = "src/test/java"
+JVM = ["-XX:-UsePerfData", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Xmx512m"]
+"""A short-lived JVM's options: no perf data file in /tmp, one GC thread, the quick compiler only."""
+JAVAC = ["javac", *(f"-J{o}" for o in JVM), "-proc:none", "-nowarn", "-encoding", "UTF-8"]
+LAUNCHER = ["-jar", JUNIT, "--disable-banner", "--disable-ansi-colors", "--details=tree"]
+
+TEST_METHOD = re.compile(
+    r"@(?:[\w.]+\.)?Test\b(?:\s*\([^)]*\))?\s+(?:@[\w.]+(?:\([^)]*\))?\s+)*"
+    r"(?:(?:public|protected|private|static|final)\s+)*void\s+([A-Za-z_$][\w$]*)\s*\(\s*\)"
+)
+"""A `@Test` method without parameters (`@Test(expected = ...)` of JUnit 4 too; not `@TestFactory`,
+`@ParameterizedTest` nor `@RepeatedTest`, whose runs are not one test)."""
+ASSERT = re.compile(r"(?<![\w.$])(?:(?:Assertions|Assert)\s*\.\s*)?(assert[A-Z]\w*|fail)\s*\(")
+EQUAL = frozenset({"assertEquals", "assertArrayEquals"})
+PRIMARY = re.compile(
+    r"^(?:@[\w.]+(?:\([^)]*\))?\s+)*((?:public\s+)?)(?:(?:final|abstract|sealed|strictfp)\s+)*"
+    r"(?:class|interface|enum|record)\s+([A-Za-z_$][\w$]*)",
+    re.MULTILINE,
+)
+"""A top-level type's declaration (at the start of its line, as Java is written)."""
+BUILD_FILES = frozenset(
+    {"pom.xml", "mvnw", "mvnw.cmd", "build.gradle", "build.gradle.kts", "settings.gradle",
+     "settings.gradle.kts", "gradle.properties", "gradlew", "gradlew.bat", "build.xml"}
+)  # fmt: skip
+ARTEFACTS = (".class", ".jar", ".war", ".ear")
+
+
+def _skip(source: str, i: int) -> int:
+    """The index past a string, text block, character literal or comment that starts at `i`; `i` if none."""
+    if source.startswith('"""', i):
+        end = source.find('"""', i + 3)
+        return len(source) if end < 0 else end + 3
+    if source[i] in "\"'":
+        j = i + 1
+        while j < len(source) and source[j] not in (source[i], "\n"):
+            j += 2 if source[j] == "\\" else 1
+        return j + 1
+    if source.startswith("//", i):
+        end = source.find("\n", i)
+        return len(source) if end < 0 else end
+    if source.startswith("/*", i):
+        end = source.find("*/", i + 2)
+        return len(source) if end < 0 else end + 2
+    return i
+
+
+def closing(source: str, start: int) -> int:
+    """The index just past the bracket that closes the one at `start`, past strings and comments."""
+    pairs = {"(": ")", "{": "}", "[": "]"}
+    open_, close = source[start], pairs[source[start]]
+    depth, i = 0, start
+    while i < len(source):
+        if (past := _skip(source, i)) != i:
+            i = past
+            continue
+        if source[i] == open_:
+            depth += 1
+        elif source[i] == close:
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return len(source)
+
+
+def named_tests(source: str) -> list[str]:
+    """The `@Test` methods of a test class, by name (each runs alone as `Class#name`)."""
+    return TEST_METHOD.findall(source)
+
+
+def _body(source: str, test: str) -> tuple[int, int] | None:
+    found = [m for m in TEST_METHOD.finditer(source) if m.group(1) == test]
+    brace = source.find("{", found[0].end()) if found else -1
+    return None if brace < 0 else (brace, closing(source, brace))
+
+
+def _line(source: str, at: int) -> int:
+    return source.count("\n", 0, at) + 1
+
+
+def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
+    """(start, end, line) of each `assertX(...)`/`fail(...)` call in `test`'s body: the call's span, and
+    the line of its `(`, which javac gives the call (the line a failure's stack frame names)."""
+    body = _body(source, test)
+    if body is None:
+        return []
+    spans, at = [], body[0]
+    while (m := ASSERT.search(source, at, body[1])) is not None:
+        if _inside_literal(source, body[0], m.start()):
+            at = m.end()
+            continue
+        end = closing(source, m.end() - 1)
+        spans.append((m.start(), end, _line(source, m.end() - 1)))
+        at = end
+    return spans
+
+
+def _inside_literal(source: str, start: int, at: int) -> bool:
+    """Whether `at` lies in a string or comment of the text that starts at `start` (outside any)."""
+    i = start
+    while i < at:
+        past = _skip(source, i)
+        if past > at:
+            return True
+        i = past if past != i else i + 1
+    return False
+
+
+def equalities(source: str, test: str) -> list[Equality]:
+    """Each two-argument `assertEquals(EXPECTED, ACTUAL)` or `assertArrayEquals` of `test`."""
+    found = []
+    for start, end, line in assertions_in(source, test):
+        head = ASSERT.match(source, start)
+        if head is None or head.group(1) not in EQUAL:
+            continue
+        args = [a.strip() for a in arguments(source[head.end() : end - 1])]
+        if len(args) == 2 and all(args) and args[0] != "null":
+            found.append(Equality(start, end, line, actual=args[1], expected=args[0]))
+    return found
+
+
+def observe(slot: int, actual: str, expected: str | None) -> str:
+    """The call that replaces an equality assertion (the expected side evaluated first, as JUnit's is)."""
+    if expected is None:
+        return f"HarnessObserve.observe({slot}, {actual})"
+    return f"HarnessObserve.probe({slot}, {expected}, {actual})"
+
+
+HELPER = r"""
+final class HarnessObserve {
+    private static final java.io.PrintStream OUT = new java.io.PrintStream(
+        new java.io.FileOutputStream(java.io.FileDescriptor.out), true, java.nio.charset.StandardCharsets.UTF_8);
+
+    private HarnessObserve() {}
+
+    static void observe(int slot, Object value) {
+        OUT.print("\nharness-observe " + slot + " " + render(value) + "\n");
+        OUT.flush();
+    }
+
+    static void probe(int slot, Object expected, Object actual) {
+        observe(slot, actual);
+        observe(-1 - slot, expected);
+        if (!same(expected, actual)) {
+            throw new AssertionError("expected: <" + render(expected) + "> but was: <" + render(actual) + ">");
+        }
+    }
+
+    private static boolean same(Object e, Object a) {
+        if (e instanceof Number && a instanceof Number && (floating(e) || floating(a))) {
+            return Double.doubleToLongBits(((Number) e).doubleValue())
+                == Double.doubleToLongBits(((Number) a).doubleValue());
+        }
+        if (integral(e) && integral(a)) {
+            return ((Number) e).longValue() == ((Number) a).longValue();
+        }
+        return java.util.Arrays.deepEquals(new Object[] {e}, new Object[] {a});
+    }
+
+    private static boolean floating(Object v) {
+        return v instanceof Double || v instanceof Float;
+    }
+
+    private static boolean integral(Object v) {
+        return v instanceof Long || v instanceof Integer || v instanceof Short || v instanceof Byte;
+    }
+
+    static String render(Object v) {
+        if (v == null) return "null";
+        if (v instanceof String) return quote((String) v, '"');
+        if (v instanceof Character) return quote(v.toString(), '\'');
+        if (floating(v)) return Double.toString(((Number) v).doubleValue());
+        if (v.getClass().isArray()) {
+            java.util.List<Object> items = new java.util.ArrayList<>();
+            for (int i = 0; i < java.lang.reflect.Array.getLength(v); i++) items.add(java.lang.reflect.Array.get(v, i));
+            return all(items, "[", "]", false);
+        }
+        if (v instanceof java.util.Map) {
+            java.util.List<String> entries = new java.util.ArrayList<>();
+            for (java.util.Map.Entry<?, ?> e : ((java.util.Map<?, ?>) v).entrySet()) {
+                entries.add(render(e.getKey()) + "=" + render(e.getValue()));
+            }
+            java.util.Collections.sort(entries);
+            return "{" + String.join(", ", entries) + "}";
+        }
+        if (v instanceof java.util.Set) return all((java.util.Set<?>) v, "{", "}", true);
+        if (v instanceof java.util.Collection) return all((java.util.Collection<?>) v, "[", "]", false);
+        if (v instanceof java.util.Optional) {
+            java.util.Optional<?> o = (java.util.Optional<?>) v;
+            return o.isPresent() ? "Optional[" + render(o.get()) + "]" : "Optional.empty";
+        }
+        return String.valueOf(v).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r");
+    }
+
+    private static String all(Iterable<?> items, String open, String close, boolean sorted) {
+        java.util.List<String> parts = new java.util.ArrayList<>();
+        for (Object item : items) parts.add(render(item));
+        if (sorted) java.util.Collections.sort(parts);
+        return open + String.join(", ", parts) + close;
+    }
+
+    private static String quote(String s, char mark) {
+        StringBuilder out = new StringBuilder().append(mark);
+        for (char c : s.toCharArray()) {
+            if (c == mark || c == '\\') out.append('\\').append(c);
+            else if (c == '\n') out.append("\\n");
+            else if (c == '\r') out.append("\\r");
+            else if (c == '\t') out.append("\\t");
+            else if (c < 0x20 || c == 0x7f) out.append(String.format("\\u%04x", (int) c));
+            else out.append(c);
+        }
+        return out.append(mark).toString();
+    }
+}
+"""
+"""Appended after a rewritten copy's last line (a second top-level class of its file, in its package):
+reports a value on the test's own standard output, past `System.setOut`."""
+
+
+def decorate(source: str, probe: bool) -> tuple[str, str]:
+    """The copy with `HarnessObserve` after its last line (no line moves); no helper file."""
+    del probe
+    return source.rstrip("\n") + "\n" + HELPER, ""
+
+
+def renamed(text: str, run: str) -> str:
+    """`text` with its primary class (the public top-level one, else the first) named as `run`'s file:
+    every whole-word use of the name, so that `Name.class` and its constructors follow."""
+    found = list(PRIMARY.finditer(text))
+    if not found:
+        return text
+    name = next((m for m in found if m.group(1)), found[0]).group(2)
+    return re.sub(rf"(?<![\w$]){re.escape(name)}(?![\w$])", PurePosixPath(run).stem, text)
+
+
+def run_path(path: str, token: str) -> str:
+    """`src/test/java/PKG/H<token>Test.java`: a copy is a test class of the hidden file's own package."""
+    if not path.startswith(f"{TESTS_ROOT}/") or not path.endswith(".java"):
+        raise ValueError(
+            f"{path}: a Java task's hidden test files are test classes, {TESTS_ROOT}/PKG/NAME.java"
+        )
+    return (PurePosixPath(path).parent / f"H{token}Test.java").as_posix()
+
+
+def is_test_file(path: str) -> bool:
+    """Test sources and resources (`src/test/` of the project or of a module)."""
+    return "/src/test/" in f"/{path}"
+
+
+def own_rule(path: str, content: bytes | None) -> str | None:
+    """Build files and wrappers, JUnit's settings and service files, module descriptors, compiled outputs."""
+    del content
+    parts = PurePosixPath(path).parts
+    name = parts[-1].lower()
+    if name in BUILD_FILES or ".mvn" in parts or parts[:2] == ("gradle", "wrapper"):
+        return (
+            "a build or test-runner setting (Maven's or Gradle's: plugins, Surefire's settings, dependencies)"
+        )
+    if name == "junit-platform.properties" or "/META-INF/services/" in f"/{path}":
+        return "a JUnit setting or Java service file (an extension, listener or engine in every test's JVM)"
+    if name == "module-info.java":
+        return "a module descriptor (changes how the sources compile and which services load)"
+    folders = parts[:-1]
+    before_src = folders[: folders.index("src")] if "src" in folders else folders
+    if name.endswith(ARTEFACTS) or "target" in before_src:
+        return "a compiled or binary artefact"
+    return None
+
+
+def failure_line(output: str, run: str) -> list[int]:
+    """Lines of `run` a failure's stack names (`at tally.H1a2bTest.four(H1a2bTest.java:12)`)."""
+    return [int(n) for n in re.findall(r"\(" + re.escape(PurePosixPath(run).name) + r":(\d+)\)", output)]
+
+
+PREPARE = (
+    f'g=$1; mkdir -p "$g/classes" "$g/none" || exit 1; java {" ".join(JVM)} -XX:ArchiveClassesAtExit="$g/junit.jsa" '
+    f'{" ".join(LAUNCHER)} -cp "$g/none" --scan-classpath >/dev/null 2>&1; '
+    'find src/main/java -name "*.java" > "$g/main-sources" 2>/dev/null; [ -s "$g/main-sources" ] || exit 0; '
+    f'exec {" ".join(JAVAC)} -J-XX:ArchiveClassesAtExit="$g/javac.jsa" -d "$g/classes" "@$g/main-sources"'
+)
+"""Compiles the repository's main sources into `{grader}/classes` ($1), and keeps what the JVMs of javac
+and of the launcher (on an empty class path: no code of the repository) loaded as class-data archives,
+which every later build and test maps instead of loading it again (a third less CPU a JVM; a missing or
+stale archive is ignored)."""
+LAUNCH = (
+    'p=${1#src/test/java}; p=${p#/}; c=$(printf %s "$p" | tr / .); s=$2; t=$3; shift 3; '
+    'exec "$@" --select-method "${c:+$c.}$s#$t"'
+)
+"""Runs the launcher's argv ($4 on) on one method: `PKG.STEM#TEST`, PKG from the copy's folder ($1)."""
+PASSED = (
+    r"\[\s+1 tests found\s+\]\s*\n\[\s+0 tests skipped\s+\]\s*\n\[\s+1 tests started\s+\]\s*\n"
+    r"\[\s+0 tests aborted\s+\]\s*\n\[\s+1 tests successful\s+\]\s*\n\[\s+0 tests failed\s+\]"
+)
+"""The launcher's summary of a run that found, started and passed exactly one test."""
+TEST_COMMAND = (
+    "sh -c 'o=/tmp/java-tests; rm -rf $o; mkdir -p $o/classes $o/test-classes"
+    ' && find src/main/java -name "*.java" > $o/main && javac -proc:none -nowarn -d $o/classes @$o/main'
+    ' && find src/test/java -name "*.java" > $o/test'
+    " && javac -proc:none -nowarn -cp $o/classes:$0 -d $o/test-classes @$o/test"
+    " && java -jar $0 --disable-banner --disable-ansi-colors --details=tree"
+    " -cp $o/test-classes:$o/classes:src/test/resources:src/main/resources"
+    " $(if [ $# = 0 ]; then echo --scan-classpath; fi; for a; do c=${a%%::*}; t=${a#*::}; c=${c%/};"
+    ' c=${c#src/test/java}; c=${c#/}; c=$(echo ${c%.java} | tr / .); if [ -d "${a%%::*}" ];'
+    ' then echo --select-package=$c; elif [ "$t" = "$a" ]; then echo --select-class=$c;'
+    f" else echo --select-method=$c#$t; fi; done)' {JUNIT}"
+)
+"""Builds everything into /tmp/java-tests and runs every test, or the given files, folders and
+`FILE::method` ids (what `run_tests` appends)."""
+
+
+JAVA = ProcessLanguage(
+    name="java",
+    suffixes=(".java",),
+    test_command=TEST_COMMAND,
+    commands=Commands(
+        prepare=["sh", "-c", PREPARE, "prepare", "{grader}"],
+        build=[
+            *JAVAC,
+            "-J-XX:SharedArchiveFile={grader}/javac.jsa",
+            "-implicit:class",
+            "-cp",
+            f"{{grader}}/classes:{JUNIT}",
+            "-sourcepath",
+            TESTS_ROOT,
+            "-d",
+            "{grader}/tests-{stem}",
+            "{dir}/{stem}.java",
+        ],
+        test=[
+            "sh",
+            "-c",
+            LAUNCH,
+            "launch",
+            "{dir}",
+            "{stem}",
+            "{test}",
+            "java",
+            *JVM,
+            "-XX:SharedArchiveFile={grader}/junit.jsa",
+            *LAUNCHER,
+            "--fail-if-no-tests",
+            "-cp",
+            "{grader}/tests-{stem}:{grader}/classes:src/test/resources:src/main/resources",
+        ],
+        passed=PASSED,
+        env={"CLASSPATH": ""},  # javac of the main sources takes no -cp
+    ),
+    tests_in=named_tests,
+    assertions_in=assertions_in,
+    run_path=run_path,
+    is_test_file=is_test_file,
+    own_rule=own_rule,
+    failure_line=failure_line,
+    equalities=equalities,
+    observe=observe,
+    decorate=decorate,
+    helper_path=lambda run: "",
+    renamed=renamed,
+    style=SourceStyle(
+        debug=re.compile(
+            r"^\s*(System\s*\.\s*(out|err)\s*\.\s*print(ln|f)?\s*\(|[\w.]*printStackTrace\s*\()"
+        ),
+        comment="//",
+        code=re.compile(
+            r"[;{}]\s*$|^(if|for|while|return|new|import|package|public|private|static)\b.*[;({]"
+        ),
+    ),
+)

@@ -1,0 +1,399 @@
+"""The Java plug-in (`envs/languages/java.py`): its suite validated on both backends, forgers in the test
+process and in the tree scored nothing, and its reading of JUnit test classes."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from envs.grading import grade_patch, integrity_of
+from envs.judge import judge_tree
+from envs.languages import language_of
+from envs.languages.java import (
+    HELPER,
+    JAVA,
+    assertions_in,
+    equalities,
+    failure_line,
+    named_tests,
+    own_rule,
+    renamed,
+    run_path,
+)
+from envs.process_grading import plan_process_run, text_canaries
+from envs.sandbox import SandboxConfig
+from envs.validation import validate_task
+from tasks.model import Task
+from tasks.patches import diff_trees
+from tasks.suite import load_suite
+from tests.conftest import require_backend
+
+RPN = "java-002-rpn-operand-order"
+HIDDEN = "src/test/java/tally/RpnHiddenTest.java"
+SUITE = Path(__file__).parents[2] / "tasks/suites/java"
+
+
+@pytest.fixture(scope="module")
+def java_tasks() -> dict[str, Task]:
+    return {t.id: t for t in load_suite(str(SUITE))}
+
+
+def patched(task: Task, tmp_path: Path, edit: Callable[[Path], object]) -> str:
+    """The diff `edit` makes of a copy of `task`'s base repository."""
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo, tree, symlinks=True, ignore=shutil.ignore_patterns(".git"))
+    edit(tree)
+    return diff_trees(task.repo, tree)
+
+
+def replace_in(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new))
+
+
+def write(tree: Path, path: str, text: str) -> None:
+    (tree / path).parent.mkdir(parents=True, exist_ok=True)
+    (tree / path).write_text(text)
+
+
+def test_java_tasks_grade_at_the_process_level(java_tasks: dict[str, Task]) -> None:
+    assert len(java_tasks) == 4 and {t.language for t in java_tasks.values()} == {"java"}
+    assert {integrity_of(t) for t in java_tasks.values()} == {"process"}
+    assert all(language_of(t).task_problems(t) == [] for t in java_tasks.values())
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_the_java_suite_validates_with_its_canaries(backend: str) -> None:
+    """Gold 1, empty 0, a gold episode played through the tools, expected values held outside the sandbox,
+    and at least 3 canaries a task."""
+    require_backend(backend)
+    for task in load_suite(str(SUITE)):
+        result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
+        assert result.ok, (task.id, result.problems)
+        assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
+        assert result.canaries + result.held_canaries >= 3, task.id
+        assert result.decided_in_parent >= 5, task.id
+
+
+SUMMARY = (
+    "[         1 tests found           ]\\n[         0 tests skipped         ]\\n"
+    "[         1 tests started         ]\\n[         0 tests aborted         ]\\n"
+    "[         1 tests successful      ]\\n[         0 tests failed          ]\\n"
+)
+
+
+def exit_forger(tree: Path) -> None:
+    """Leaves the bug; every evaluation prints the launcher's summary of one passed test and exits 0."""
+    replace_in(
+        tree / "src/main/java/tally/Rpn.java",
+        "    public static int eval(String expr) {\n",
+        "    public static int eval(String expr) {\n"
+        f'        if (expr.length() >= 0) {{\n            System.out.print("{SUMMARY}");\n'
+        "            System.out.flush();\n            System.exit(0);\n        }\n",
+    )
+
+
+def reading_forger(tree: Path) -> None:
+    """Leaves the bug; answers `Rpn.eval(E)` with the literal its test file compares it with, read from
+    every test source the process can see."""
+    replace_in(
+        tree / "src/main/java/tally/Rpn.java",
+        "    public static int eval(String expr) {\n",
+        "    public static int eval(String expr) {\n"
+        "        try (java.util.stream.Stream<java.nio.file.Path> files = java.nio.file.Files.walk("
+        'java.nio.file.Path.of("src/test/java"))) {\n'
+        "            for (java.nio.file.Path file : (Iterable<java.nio.file.Path>) files::iterator) {\n"
+        '                if (!file.toString().endsWith(".java")) continue;\n'
+        '                java.util.regex.Matcher m = java.util.regex.Pattern.compile("(-?\\\\d+), Rpn\\\\.eval\\\\(\\""\n'
+        '                    + java.util.regex.Pattern.quote(expr) + "\\"\\\\)").matcher(java.nio.file.Files.readString(file));\n'
+        "                if (m.find()) return Integer.parseInt(m.group(1));\n"
+        "            }\n"
+        "        } catch (java.io.IOException e) {\n            throw new RpnException(e.toString());\n        }\n",
+    )
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_forgers_in_the_test_process_score_nothing(
+    backend: str, java_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """The exit forger ends each test's JVM as a passing launcher run would: held values stop it (live
+    without them and without canaries, caught beside text canaries). The reading forger answers the
+    literal of its test's file, which a held assertion's copy does not hold."""
+    require_backend(backend)
+    task, config = java_tasks[RPN], SandboxConfig(backend=backend)
+    patch = patched(task, tmp_path / "exit", exit_forger)
+    graded = grade_patch(task, patch, config)
+    assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, graded
+    assert graded.decided_in_parent >= 6 and set(graded.canaries.values()) <= {"unexplained", "failed"}
+    plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
+    live = grade_patch(plain, patch, config, trial=[])
+    assert live.infra_error is None and live.correct == 1.0, live
+    canaries = text_canaries(JAVA, plain, random.Random(0))[:4]
+    watched = plain.model_copy(
+        update={"hidden_tests": plain.hidden_tests.model_copy(update={"canaries": canaries})}
+    )
+    caught = grade_patch(watched, patch, config)
+    assert caught.correct == 0.0 and caught.reward <= 0.0 and caught.tampering
+    reading = grade_patch(task, patched(task, tmp_path / "reading", reading_forger), config)
+    assert reading.infra_error is None and reading.correct == 0.0 and reading.reward <= 0.0, reading
+
+
+SKIPPING_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>example.tally</groupId>
+  <artifactId>tally</artifactId>
+  <version>1.0.0</version>
+  <build><plugins><plugin>
+    <groupId>org.apache.maven.plugins</groupId>
+    <artifactId>maven-surefire-plugin</artifactId>
+    <version>2.22.3</version>
+    <configuration><skipTests>true</skipTests><testFailureIgnore>true</testFailureIgnore></configuration>
+  </plugin></plugins></build>
+</project>
+"""
+LISTENER = "src/main/resources/META-INF/services/org.junit.platform.launcher.TestExecutionListener"
+TREE_FORGERS: dict[str, Callable[[Path], object]] = {
+    "pom.xml": lambda tree: write(tree, "pom.xml", SKIPPING_POM),
+    "target/classes/tally/Rpn.class": lambda tree: write(tree, "target/classes/tally/Rpn.class", "\xca\xfe"),
+    "src/main/resources/tally/Rpn.class": lambda tree: write(tree, "src/main/resources/tally/Rpn.class", "x"),
+    LISTENER: lambda tree: write(tree, LISTENER, "tally.Forged\n"),
+    "src/main/resources/junit-platform.properties": lambda tree: write(
+        tree,
+        "src/main/resources/junit-platform.properties",
+        "junit.jupiter.extensions.autodetection.enabled=true\n",
+    ),
+    "src/main/java/module-info.java": lambda tree: write(
+        tree, "src/main/java/module-info.java", "module t {}\n"
+    ),
+    ".mvn/maven.config": lambda tree: write(tree, ".mvn/maven.config", "-DskipTests\n"),
+    HIDDEN: lambda tree: write(
+        tree,
+        HIDDEN,
+        "package tally;\nclass RpnHiddenTest {\n    @org.junit.jupiter.api.Test\n"
+        "    void subtractsInWrittenOrder() {}\n}\n",
+    ),
+    "src/test/java/tally/BasicsTest.java": lambda tree: write(
+        tree, "src/test/java/tally/BasicsTest.java", "package tally;\nclass BasicsTest {}\n"
+    ),
+}
+
+
+def test_the_judge_applies_java_rules(java_tasks: dict[str, Task], tmp_path: Path) -> None:
+    task = java_tasks[RPN]
+    tree = tmp_path / "tree"
+    shutil.copytree(task.repo, tree, ignore=shutil.ignore_patterns(".git"))
+    replace_in(tree / "src/main/java/tally/Rpn.java", "return right - left;", "return left - right;")
+    for edit in TREE_FORGERS.values():
+        edit(tree)
+    judged = judge_tree(task.repo, tree, set(task.hidden_tests.files), JAVA.dropped)
+    assert set(judged.kept) == {"src/main/java/tally/Rpn.java"}
+    assert judged.dropped["pom.xml"].startswith("a build or test-runner setting")
+    assert judged.dropped[".mvn/maven.config"].startswith("a build or test-runner setting")
+    assert judged.dropped[LISTENER].startswith("a JUnit setting or Java service file")
+    assert judged.dropped["src/main/resources/junit-platform.properties"].startswith("a JUnit setting")
+    assert judged.dropped["src/main/java/module-info.java"].startswith("a module descriptor")
+    assert judged.dropped["target/classes/tally/Rpn.class"] == "a compiled or binary artefact"
+    assert judged.dropped["src/main/resources/tally/Rpn.class"] == "a compiled or binary artefact"
+    assert judged.dropped[HIDDEN] == "a hidden test path"
+    assert judged.dropped["src/test/java/tally/BasicsTest.java"] == "a test path or test setting"
+    assert own_rule("src/main/java/tally/target/Aim.java", b"") is None  # a package named target is source
+    assert own_rule("src/main/java/tally/Rpn.java", b"") is None
+    assert own_rule("src/main/java/tally/wrapper/Box.java", b"") is None
+    assert own_rule("gradle/wrapper/gradle-wrapper.properties", b"") is not None
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_runner_settings_and_outputs_in_the_tree_are_dropped(
+    backend: str, java_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """One patch leaves the bug and adds every tree forger: each path is dropped, and the grade is the
+    unfixed tree's (0)."""
+    require_backend(backend)
+    task = java_tasks[RPN]
+    graded = grade_patch(
+        task,
+        patched(task, tmp_path, lambda tree: [edit(tree) for edit in TREE_FORGERS.values()]),
+        SandboxConfig(backend=backend),
+    )
+    assert graded.infra_error is None, graded.infra_error
+    assert set(TREE_FORGERS) <= set(graded.dropped_why), graded.dropped_why
+    assert graded.correct == 0.0 and graded.reward <= 0.0
+
+
+def test_held_values_never_enter_the_sandbox(java_tasks: dict[str, Task]) -> None:
+    """A copy's text holds no expected side of a held assertion and names its class as its file; a held
+    canary's text is the real copy's, but for that name."""
+    task = java_tasks[RPN]
+    plan = plan_process_run(JAVA, task, [])
+    real = next(t for t in plan.targets if plan.origin[str(t["path"])] == HIDDEN)
+    path, text = str(real["path"]), str(real["content"])
+    stem = Path(path).stem
+    assert re.fullmatch(r"src/test/java/tally/H[0-9a-f]{12}Test\.java", path)
+    assert f"class {stem} {{" in text and "RpnHiddenTest" not in text
+    body = text.split("final class HarnessObserve {")[0]
+    assert body.count("HarnessObserve.observe(") == 8 and "assertEquals(" not in body
+    assert "division by zero" not in text and "stack underflow" not in text
+    original = task.hidden_tests.files[HIDDEN]
+    assert body.splitlines()[:3] == original.splitlines()[:3]
+    assert body.rstrip().count("\n") == original.rstrip().count("\n")  # no line moves
+    canaries = [t for t in plan.targets if str(t["path"]) in plan.canaries]
+    assert len(canaries) == 4
+    assert {str(t["content"]).replace(Path(str(t["path"])).stem, stem) for t in canaries} == {text}
+    assert all(plan.expected[r] != plan.expected[path] for r in plan.canaries)
+
+
+def test_every_copy_runs_under_a_fresh_name(java_tasks: dict[str, Task]) -> None:
+    task = java_tasks[RPN]
+    plan = plan_process_run(JAVA, task, task.hidden_tests.canaries)
+    paths = [str(t["path"]) for t in plan.targets]
+    assert len(set(paths)) == len(paths) == 2 + len(plan.canaries)
+    assert all(re.fullmatch(r"src/test/java/tally/H[0-9a-f]{12}Test\.java", p) for p in paths)
+    for target in plan.targets:
+        stem = Path(str(target["path"])).stem
+        assert f"class {stem} " in str(target["content"])
+        argv = target["tests"][0]["argv"]  # type: ignore[index]
+        assert "{grader}/tests-" + stem + ":{grader}/classes:src/test/resources:src/main/resources" in argv
+    with pytest.raises(ValueError, match="test classes"):
+        run_path("test/RpnTest.java", "ab")
+
+
+SOURCE = """package tally;
+
+import static org.junit.jupiter.api.Assertions.*;
+
+import org.junit.jupiter.api.Test;
+
+/** Braces in text: "{" '}' and // ( comments. */
+public class RpnTest {
+    @Test
+    void first() {
+        assertEquals(5, Rpn.eval("7 2 -")); // "quoted ) paren" in a comment
+        char brace = '}';
+        assertTrue(brace == '}', "no { here");
+        /* assertEquals(1, 2); */
+        Assertions.assertEquals(
+            "a, b",
+            String.join(", ", "a", "b"));
+    }
+
+    @Test
+    @DisplayName("second")
+    public void second() throws Exception {
+        assertEquals(2.5, Stats.medianOr(-1, 2, 3), 1e-9);
+        assertEquals("message", 3, Rpn.eval("1 2 +"));
+        assertEquals(null, Rpn.class.getPackage().getImplementationTitle());
+        assertArrayEquals(new int[] {1, 2}, new int[] {1, 2});
+    }
+
+    @ParameterizedTest
+    void notOne(int x) {}
+
+    @TestFactory
+    java.util.List<DynamicTest> alsoNot() { return null; }
+}
+"""
+
+
+def test_tests_and_assertions_are_found_in_java_source() -> None:
+    assert named_tests(SOURCE) == ["first", "second"]
+    spans = assertions_in(SOURCE, "first")
+    assert [line for _, _, line in spans] == [11, 13, 15]
+    assert SOURCE[spans[0][0] : spans[0][1]] == 'assertEquals(5, Rpn.eval("7 2 -"))'
+    assert SOURCE[spans[1][0] : spans[1][1]] == "assertTrue(brace == '}', \"no { here\")"
+    assert SOURCE[spans[2][0] : spans[2][1]].startswith("Assertions.assertEquals(\n")
+    found = equalities(SOURCE, "first")
+    assert [(e.line, e.expected, e.actual) for e in found] == [
+        (11, "5", 'Rpn.eval("7 2 -")'),
+        (15, '"a, b"', 'String.join(", ", "a", "b")'),
+    ]
+    assert [(e.line, e.expected) for e in equalities(SOURCE, "second")] == [(26, "new int[] {1, 2}")]
+    assert assertions_in(SOURCE, "notOne") == [] and assertions_in(SOURCE, "third") == []
+
+
+def test_a_failure_is_placed_in_its_own_file() -> None:
+    output = (
+        "    => org.opentest4j.AssertionFailedError: expected: <5> but was: <-5>\n"
+        "       org.junit.jupiter.api.Assertions.assertEquals(Assertions.java:1142)\n"
+        "       tally.Hab12Test.first(Hab12Test.java:11)\n"
+        "       tally.Hab12Test.lambda$first$0(Hab12Test.java:14)\n"
+        "       tally.Other.call(Hab12Test.javax:3)\n"
+    )
+    assert failure_line(output, "src/test/java/tally/Hab12Test.java") == [11, 14]
+    assert failure_line(output, "src/test/java/tally/Hab1Test.java") == []
+
+
+def test_a_copy_names_its_primary_class_as_its_file() -> None:
+    text = 'package p;\n\n@Tag("x")\nclass FooTest {\n    FooTest() {}\n    Class<?> c = FooTest.class;\n}\n'
+    assert renamed(text, "src/test/java/p/H1Test.java") == text.replace("FooTest", "H1Test")
+    both = "package p;\nclass Helper {}\npublic final class FooTest {\n    Helper h;\n}\n"
+    assert renamed(both, "src/test/java/p/H2Test.java") == both.replace("FooTest", "H2Test")
+    again = renamed(renamed(text, "src/test/java/p/H1Test.java"), "src/test/java/p/H3Test.java")
+    assert again == text.replace("FooTest", "H3Test")  # a held canary starts from the real copy's text
+    assert renamed("package p;\n", "src/test/java/p/H4Test.java") == "package p;\n"
+
+
+def test_the_simplicity_term_reads_java(java_tasks: dict[str, Task]) -> None:
+    """Java's debug output and commented-out code count in a Java task's diff."""
+    from envs.reward import RewardConfig, simplicity
+
+    task = java_tasks[RPN]
+    patch = (
+        "diff --git a/src/main/java/tally/Rpn.java b/src/main/java/tally/Rpn.java\n"
+        "--- a/src/main/java/tally/Rpn.java\n+++ b/src/main/java/tally/Rpn.java\n@@ -1,1 +1,6 @@\n"
+        ' package tally;\n+        System.out.println("here " + left);\n+        System.err.printf("%d", 1);\n'
+        "+        e.printStackTrace();\n+        // return left - right;\n+    /** Documented. */\n"
+    )
+    found = simplicity(patch, task.gold_patch, {}, {}, RewardConfig(), JAVA.style)
+    assert len(found.debug_lines) == 3 and found.commented_code_lines == ["        // return left - right;"]
+
+
+RENDER = """
+public class Render {
+    public static void main(String[] args) {
+        java.util.Set<String> set = new java.util.HashSet<>(java.util.List.of("b", "a", "c"));
+        java.util.Map<String, Integer> map = new java.util.TreeMap<>(java.util.Map.of("y", 2, "x", 1));
+        Object[] values = {"a \\"q\\"\\n", 'c', 5, 5L, 2.5f, 2.5, null, new int[] {1, 2},
+            new String[][] {{"x"}}, java.util.List.of("a b", "c"), set, map, java.util.Optional.empty(),
+            java.util.Optional.of("v"), true};
+        for (Object v : values) System.out.println(HarnessObserve.render(v));
+        HarnessObserve.observe(7, java.util.List.of("line\\nbreak"));
+        HarnessObserve.probe(8, 5, 5L);
+        try {
+            HarnessObserve.probe(9, 2, 2.5);
+        } catch (AssertionError e) {
+            System.out.println("failed: " + e.getMessage());
+        }
+    }
+}
+"""
+
+
+def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> None:
+    """The helper a rewritten copy calls: strings quoted and escaped, numbers in decimal (a float as the
+    double it widens to), arrays and collections element by element, sets and maps sorted; a probe
+    compares as JUnit's overloads do (5 and 5L alike; 2 and 2.5 not)."""
+    if shutil.which("javac") is None:
+        pytest.skip("no JDK")
+    (tmp_path / "Render.java").write_text(RENDER + HELPER)
+    subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Render.java")], check=True)
+    out = subprocess.run(["java", "-cp", str(tmp_path), "Render"], capture_output=True, text=True, check=True)
+    lines = [line for line in out.stdout.split("\n") if line]
+    assert lines[:15] == [
+        r'"a \"q\"\n"', "'c'", "5", "5", "2.5", "2.5", "null", "[1, 2]", '[["x"]]', '["a b", "c"]',
+        '{"a", "b", "c"}', '{"x"=1, "y"=2}', "Optional.empty", 'Optional["v"]', "true",
+    ]  # fmt: skip
+    assert lines[15:] == [
+        r'harness-observe 7 ["line\nbreak"]',
+        "harness-observe 8 5",
+        "harness-observe -9 5",
+        "harness-observe 9 2.5",
+        "harness-observe -10 2",
+        "failed: expected: <2> but was: <2.5>",
+    ]
