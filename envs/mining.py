@@ -11,6 +11,12 @@ at the parent are FAIL_TO_PASS, those that pass at both PASS_TO_PASS; a commit w
 dropped. A kept one is written as a task (base: the parent) and validated as `harness tasks validate`
 does, the gold patch also played by `scripted:gold`; one that fails is removed again. Every commit
 scanned is either kept or dropped with its reason.
+
+That is Python's way (`MineConfig.language`, `python` by default). A language whose tests are programs
+(`rust`, `go`: a `ProcessLanguage` plug-in) is split by its plug-in and measured by its own grader
+(`envs/mining_programs.py`): the parent graded with the empty patch and with the library part, the commit's
+test files as hidden files; a commit whose fix needs the build settings grading drops (Cargo.toml, go.mod)
+is dropped as `build_settings`.
 """
 
 from __future__ import annotations
@@ -25,11 +31,21 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from envs.backends import resolve_backend
-from envs.grading import grade_patch
+from envs.grading import Grade, grade_patch
 from envs.judge import base_modules
+from envs.languages import known_language, language_named
+from envs.mining_programs import (
+    failures_of,
+    hidden_ids,
+    measured,
+    outcomes_of,
+    program_rules,
+    provisional_task,
+)
+from envs.process_grading import ProcessLanguage
 from envs.python_env import EnvBuildError
 from envs.sandbox import BackendName, SandboxConfig
 from envs.synthesis import SandboxPytest, sandbox_starter
@@ -37,7 +53,17 @@ from envs.task_env import env_key
 from envs.validation import validate_task
 from tasks.environment import Environment, EnvironmentReader, static_environment
 from tasks.importing import ImportProblem, task_yaml
-from tasks.mining import MinedTask, SplitChange, judge_outcomes, split_change, write_mined_task
+from tasks.mining import (
+    PYTHON_RULES,
+    ChangeRules,
+    Judged,
+    MinedTask,
+    SplitChange,
+    judge_outcomes,
+    split_change,
+    write_mined_task,
+)
+from tasks.model import Task
 from tasks.patches import git
 from tasks.suite import TaskError, TaskFile, export_commit, load_task
 from tasks.swebench import ensure_mirror
@@ -53,6 +79,8 @@ Reason = Literal[
     "crashed",
     "fails_at_commit",
     "no_fail_to_pass",
+    "build_settings",
+    "not_graded",
     "invalid",
 ]
 Reader = EnvironmentReader
@@ -93,6 +121,15 @@ class MineConfig(BaseModel):
     """Validate each task written (gold 1, empty 0, `scripted:gold` solves it) and remove those that fail."""
     repeats: int = Field(default=1, ge=1)
     """Gradings of the gold and the empty patch in validation."""
+    language: str = "python"
+    """The repository's language, a row of `envs.languages.LANGUAGES`: `python` (pytest runs the changed
+    test modules) or a language whose tests are programs (`rust`, `go`, ...: its plug-in splits the change
+    and its grader measures it, `envs/mining_programs.py`)."""
+
+    @field_validator("language")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        return known_language(name)
 
 
 class Dropped(BaseModel):
@@ -172,13 +209,14 @@ def mine(
             git(["-C", str(mirror), "fetch", "--quiet", "--prune", "origin"])
     except (ImportProblem, RuntimeError) as e:
         raise MineError(str(e)) from e
+    measure = commit_miner(config, sandbox, reader)
     for commit, parent in commits:
         report.scanned += 1
         result: Mined | Dropped
         try:
             if parent is None:
                 raise _Drop("no_parent", "the first commit")
-            result = mine_commit(source, commit, parent, config, sandbox, reader, report)
+            result = measure(source, commit, parent, report)
             report.kept.append(result)
         except _Drop as drop:
             result = Dropped(commit=commit, reason=drop.reason, detail=drop.detail)
@@ -189,6 +227,27 @@ def mine(
         shutil.rmtree(mirror, ignore_errors=True)
     report.duration_s = time.monotonic() - started
     return report
+
+
+CommitMiner = Callable[[Path, str, str, MineReport], Mined]
+"""(repository, commit, its parent, the report) -> the task the commit gave; raises _Drop when none."""
+
+
+def commit_miner(config: MineConfig, sandbox: SandboxConfig, reader: Reader) -> CommitMiner:
+    """How a commit of `config.language` is measured: pytest for Python, its grader for a language whose
+    tests are programs."""
+    language = language_named(config.language)
+    if isinstance(language, ProcessLanguage):
+        return lambda source, commit, parent, report: mine_program_commit(
+            source, commit, parent, config, sandbox, language, report
+        )
+    if config.language != "python":
+        raise MineError(
+            f"--language {config.language}: mining knows Python and the languages whose tests are programs"
+        )
+    return lambda source, commit, parent, report: mine_commit(
+        source, commit, parent, config, sandbox, reader, report
+    )
 
 
 def list_commits(source: Path, config: MineConfig) -> list[tuple[str, str | None]]:
@@ -207,13 +266,14 @@ def list_commits(source: Path, config: MineConfig) -> list[tuple[str, str | None
     return found
 
 
-def commit_change(source: Path, commit: str, parent: str) -> SplitChange:
-    """The commit's change against its first parent, split; raises _Drop when it cannot make a task."""
+def commit_change(source: Path, commit: str, parent: str, rules: ChangeRules = PYTHON_RULES) -> SplitChange:
+    """The commit's change against its first parent, split by `rules`; raises _Drop when it cannot make a
+    task."""
     raw = git(
         ["-C", str(source), "diff", "--binary", "--no-color", "--no-renames", "--full-index", parent, commit]
     )
     try:
-        change = split_change(raw.decode("utf-8"))
+        change = split_change(raw.decode("utf-8"), rules)
     except UnicodeDecodeError as e:
         raise _Drop("unreadable", f"the change is not UTF-8 text ({e.reason})") from e
     if not change.changes_code:
@@ -221,7 +281,9 @@ def commit_change(source: Path, commit: str, parent: str) -> SplitChange:
         detail = f"no library module among {', '.join(sorted(set(paths))[:3])}" if paths else "only tests"
         raise _Drop("no_library_change", detail)
     if not change.targets:
-        raise _Drop("no_test_change", "changes no test module")
+        raise _Drop(
+            "no_test_change", "changes no test module" if rules is PYTHON_RULES else "changes no test file"
+        )
     return change
 
 
@@ -248,13 +310,7 @@ def mine_commit(
         at_parent = run_tests(before, change.targets, config, sandbox, environment)
         at_commit = run_tests(after, change.targets, config, sandbox, environment)
     judged = judge_outcomes(at_parent.outcomes, at_commit.outcomes)
-    if not judged.fail_to_pass and not judged.pass_to_pass:
-        errors = [f"{path}: {error}" for path, error in at_commit.collect_errors.items()]
-        detail = f"not collected: {errors[0]}" if errors else f"{len(judged.failing_after)} fail"
-        raise _Drop("fails_at_commit", f"no changed test passes at the commit ({detail})"[:300])
-    if not judged.fail_to_pass:
-        detail = f"{len(judged.pass_to_pass)} changed tests pass at the parent too"
-        raise _Drop("no_fail_to_pass", f"{detail}; {len(judged.failing_after)} fail at the commit")
+    drop_unless_fixed(judged, at_commit.collect_errors)
     message = git(["-C", str(source), "log", "-1", "--format=%B", commit]).decode(errors="replace")
     mined = MinedTask(
         name=report.name,
@@ -281,16 +337,102 @@ def mine_commit(
     )
 
 
+def drop_unless_fixed(judged: Judged, errors_at_commit: dict[str, str]) -> None:
+    """Raises _Drop when no changed test passes at the commit, or none of those that do failed before."""
+    if not judged.fail_to_pass and not judged.pass_to_pass:
+        errors = [f"{path}: {error}" for path, error in errors_at_commit.items()]
+        detail = f"not collected: {errors[0]}" if errors else f"{len(judged.failing_after)} fail"
+        raise _Drop("fails_at_commit", f"no changed test passes at the commit ({detail})"[:300])
+    if not judged.fail_to_pass:
+        detail = f"{len(judged.pass_to_pass)} changed tests pass at the parent too"
+        raise _Drop("no_fail_to_pass", f"{detail}; {len(judged.failing_after)} fail at the commit")
+
+
+def mine_program_commit(
+    source: Path,
+    commit: str,
+    parent: str,
+    config: MineConfig,
+    sandbox: SandboxConfig,
+    language: ProcessLanguage,
+    report: MineReport,
+) -> Mined:
+    """Measures one commit of a language whose tests are programs by its own grader (the empty patch and
+    the library part on the parent, `envs/mining_programs.py`), and writes (and validates) its task; raises
+    _Drop when it gives none."""
+    change = commit_change(source, commit, parent, program_rules(language))
+    hidden = {
+        path: test_text(path, git(["-C", str(source), "show", f"{commit}:{path}"]))
+        for path in change.test_files
+    }
+    ids = hidden_ids(language, change, hidden)
+    if not ids:
+        raise _Drop("no_test_change", f"no test in {', '.join(change.targets)}"[:300])
+    with tempfile.TemporaryDirectory(prefix="harness-mine-") as tmp:
+        export_commit(source, parent, Path(tmp) / "base")
+        task = provisional_task(language, Path(tmp) / "base", change, hidden, ids)
+        at_parent, at_commit = (graded(task, patch, config, sandbox) for patch in ("", change.gold_patch))
+    judged = judge_outcomes(outcomes_of(at_parent), outcomes_of(at_commit))
+    builds = "(build)" not in at_parent.collect_errors  # a parent that does not build says nothing of them
+    if not judged.fail_to_pass and change.settings and builds:
+        settings = ", ".join(change.setting_paths)
+        raise _Drop(
+            "build_settings",
+            f"no changed test passes without its change of {settings}, which grading drops"[:300],
+        )
+    drop_unless_fixed(judged, at_commit.collect_errors)
+    message = git(["-C", str(source), "log", "-1", "--format=%B", commit]).decode(errors="replace")
+    mined = MinedTask(
+        name=report.name,
+        parent=parent,
+        commit=commit,
+        message=message,
+        change=change,
+        hidden=hidden,
+        judged=judged,
+        failures=failures_of(language, at_parent, judged.fail_to_pass),
+        test_command=language.test_command,
+        environment=None,
+        language=language.name,
+    )
+    folder = write_mined_task(config.out, mined)
+    if config.validate_tasks:
+        check_task(folder, config, sandbox, measured_by_grader=True)
+    fail_to_pass, pass_to_pass = len(judged.fail_to_pass), len(judged.pass_to_pass)
+    return Mined(
+        id=folder.name,
+        commit=commit,
+        parent=parent,
+        fail_to_pass=fail_to_pass,
+        pass_to_pass=pass_to_pass,
+        environment=None,
+    )
+
+
+def graded(task: Task, patch: str, config: MineConfig, sandbox: SandboxConfig) -> Grade:
+    """A measuring grade of `patch` (`envs.mining_programs.measured`); _Drop when grading could not run."""
+    grade = measured(task, patch, sandbox, config.run_timeout_s, config.test_timeout_s)
+    if grade.infra_error or grade.apply_error:
+        which = "the fix" if patch else "the parent"
+        raise _Drop("not_graded", f"{which}: {grade.infra_error or grade.apply_error}"[:300])
+    return grade
+
+
+def test_text(path: str, data: bytes) -> str:
+    """A test file's text: hidden tests are text."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Drop("unreadable", f"{path} is not UTF-8 text: hidden tests must be text") from e
+
+
 def apply_test_part(change: SplitChange, before: Path, after: Path) -> dict[str, str]:
     """Writes the commit's test files over the parent's tree (and deletes those it deleted); returns the
     hidden tests: path -> text."""
     hidden: dict[str, str] = {}
     for path in change.test_files:
         data = (after / path).read_bytes()
-        try:
-            hidden[path] = data.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise _Drop("unreadable", f"{path} is not UTF-8 text: hidden tests must be text") from e
+        hidden[path] = test_text(path, data)
         (before / path).parent.mkdir(parents=True, exist_ok=True)
         (before / path).write_bytes(data)
     for path in change.deleted_tests:
@@ -344,11 +486,14 @@ def failure_messages(run: PytestRun, tests: list[str]) -> dict[str, str]:
     return found
 
 
-def check_task(folder: Path, config: MineConfig, sandbox: SandboxConfig) -> int:
+def check_task(
+    folder: Path, config: MineConfig, sandbox: SandboxConfig, measured_by_grader: bool = False
+) -> int:
     """Validates the task in `folder` as `harness tasks validate` does; removes it and drops the commit
-    when it is invalid. Returns how many PASS_TO_PASS tests the grader's own run of the gold patch left out."""
+    when it is invalid. Returns how many PASS_TO_PASS tests the grader's own run of the gold patch left out
+    (none where the grader measured them: `measured_by_grader`)."""
     try:
-        left_out = grader_pass_to_pass(folder, config, sandbox)
+        left_out = 0 if measured_by_grader else grader_pass_to_pass(folder, config, sandbox)
         task = load_task(folder, config.out)
         problems = validate_task(task, sandbox, config.repeats, keep=True, episode=True).problems
     except TaskError as e:

@@ -7,12 +7,16 @@ the commit has them). This module splits a change into those parts, names the te
 measured outcomes into FAIL_TO_PASS and PASS_TO_PASS, writes the problem statement from the commit message
 and the observed failures (never from the fix: a line that quotes the fix's code is left out), and writes
 the task folder. `envs/mining.py` checks the commits out and runs their tests in sandboxes.
+
+The paths are Python's by default (`PYTHON_RULES`); a language whose tests are programs splits a change by
+its plug-in's rules (`ChangeRules`, made in `envs/mining_programs.py`).
 """
 
 from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -67,6 +71,25 @@ def is_library_code(path: str) -> bool:
 
 
 @dataclass(frozen=True)
+class ChangeRules:
+    """How a language's repository paths split a change: Python's by default (`PYTHON_RULES`); another
+    language's come from its plug-in (`envs.mining_programs.program_rules`: tasks/ imports nothing of envs/)."""
+
+    is_test: Callable[[str], bool]
+    """A test file or one the tests own (helpers, data): the hidden part."""
+    is_setting: Callable[[str], bool]
+    """A file the grader drops from any patch (test settings, build settings): in neither part."""
+    is_code: Callable[[str], bool]
+    """A source file of the library: a change with none of these is not a fix."""
+    is_target: Callable[[str], bool]
+    """A test file whose tests are run and named (a pytest module; a Rust tests/NAME.rs)."""
+
+
+PYTHON_RULES = ChangeRules(is_test_path, is_graded_path, is_library_code, is_test_module)
+"""Python's paths: pytest's test modules, the grader's own test settings and start-up files."""
+
+
+@dataclass(frozen=True)
 class SplitChange:
     """One commit's change in three parts."""
 
@@ -75,7 +98,9 @@ class SplitChange:
     tests: list[FilePatch] = field(default_factory=list)
     """The test part: the hidden tests."""
     settings: list[FilePatch] = field(default_factory=list)
-    """Test settings and start-up files the grader drops from any tree (setup.cfg, tox.ini, ...): in neither."""
+    """Test and build settings and start-up files the grader drops from any tree (setup.cfg, tox.ini,
+    Cargo.toml, go.mod, ...): in neither."""
+    rules: ChangeRules = PYTHON_RULES
 
     @property
     def gold_patch(self) -> str:
@@ -83,7 +108,11 @@ class SplitChange:
 
     @property
     def changes_code(self) -> bool:
-        return any(is_library_code(path) for part in self.library for path in part.paths)
+        return any(self.rules.is_code(path) for part in self.library for path in part.paths)
+
+    @property
+    def setting_paths(self) -> list[str]:
+        return sorted({path for part in self.settings for path in part.paths})
 
     @property
     def test_files(self) -> list[str]:
@@ -97,24 +126,24 @@ class SplitChange:
 
     @property
     def targets(self) -> list[str]:
-        """The changed test modules, which pytest runs at the parent and at the commit."""
-        return [path for path in self.test_files if is_test_module(path)]
+        """The changed test files whose tests run at the parent and at the commit (pytest's modules)."""
+        return [path for path in self.test_files if self.rules.is_target(path)]
 
 
-def split_change(patch: str) -> SplitChange:
-    """Splits a git-format patch into its library, test and settings parts. A file whose old or new path
-    is a test path is a test; a renamed file is judged by both its paths."""
+def split_change(patch: str, rules: ChangeRules = PYTHON_RULES) -> SplitChange:
+    """Splits a git-format patch into its library, test and settings parts by `rules`. A file whose old or
+    new path is a test path is a test; a renamed file is judged by both its paths."""
     library: list[FilePatch] = []
     tests: list[FilePatch] = []
     settings: list[FilePatch] = []
     for part in split_patch(patch):
-        if any(is_test_path(path) for path in part.paths):
+        if any(rules.is_test(path) for path in part.paths):
             tests.append(part)
-        elif any(is_graded_path(path) for path in part.paths):
+        elif any(rules.is_setting(path) for path in part.paths):
             settings.append(part)
         else:
             library.append(part)
-    return SplitChange(library, tests, settings)
+    return SplitChange(library, tests, settings, rules)
 
 
 @dataclass(frozen=True)
@@ -220,6 +249,8 @@ class MinedTask:
     """Test id -> the exception it raised at the parent (its collection error where it was not collected)."""
     test_command: str
     environment: Environment | None
+    language: str = "python"
+    """The plug-in that grades it (`Task.language`)."""
 
 
 def write_mined_task(suite: Path, task: MinedTask) -> Path:
@@ -233,6 +264,7 @@ def write_mined_task(suite: Path, task: MinedTask) -> Path:
         base_commit=task.parent,
         problem_statement=problem_statement(task.message, task.judged.fail_to_pass, task.failures, secrets),
         environment=task.environment,
+        language=task.language,
         test_command=task.test_command,
         fail_to_pass=task.judged.fail_to_pass,
         pass_to_pass=task.judged.pass_to_pass,

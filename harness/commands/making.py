@@ -230,6 +230,12 @@ def add_mine_command(tasks_sub: Commands) -> None:
     p.add_argument("--run-timeout", type=float, default=300.0, metavar="S", help="one test run (default 300)")
     p.add_argument("--test-timeout", type=float, default=60.0, metavar="S", help="one test (default 60)")
     p.add_argument("--no-validate", action="store_true", help="keep tasks without validating them")
+    p.add_argument(
+        "--language",
+        default="python",
+        help="the repository's language: python (default; pytest runs the changed test modules) or one whose "
+        "tests are programs (rust, go, ...: its plug-in splits each commit and its grader measures it)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_tasks_mine)
 
@@ -250,6 +256,7 @@ def cmd_tasks_mine(args: argparse.Namespace) -> int:
             "run_timeout_s": args.run_timeout,
             "test_timeout_s": args.test_timeout,
             "validate_tasks": not args.no_validate,
+            "language": args.language,
         }
     )
 
