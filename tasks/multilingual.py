@@ -32,8 +32,8 @@ PYTHON = "python"
 DATASET_LANGUAGES = {
     "js": "javascript",
     "javascript": "javascript",
-    "ts": "typescript",
-    "typescript": "typescript",
+    "ts": "javascript",  # one plug-in for both (envs/languages/javascript.py), TypeScript by suffix
+    "typescript": "javascript",
     "go": "go",
     "golang": "go",
     "rust": "rust",

@@ -62,7 +62,7 @@ def test_the_language_is_the_rows_else_the_gold_patchs() -> None:
     suffixes = import_support().suffixes
     assert language_of_paths(["src/lib.rs", "src/x.rs", "build.py"], suffixes) == "rust"
     assert language_of_paths(["README.md"], suffixes) is None
-    assert dataset_language("TS") == "typescript" and dataset_language("js") == "javascript"
+    assert dataset_language("TS") == "javascript" and dataset_language("js") == "javascript"
     support = import_support()
     assert support.language("go", ["a.py"]) == "go" and support.language(None, ["a.py"]) == "python"
     with pytest.raises(ValueError, match="language 'cobol': no plug-in grades it"):
