@@ -69,12 +69,14 @@ def test_java_tasks_grade_at_the_process_level(java_tasks: dict[str, Task]) -> N
     assert all(language_of(t).task_problems(t) == [] for t in java_tasks.values())
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "docker"])
-def test_the_java_suite_validates_with_its_canaries(backend: str) -> None:
+@pytest.mark.parametrize(("backend", "which"), [("bwrap", "java-"), ("docker", "java-002")])
+def test_the_java_suite_validates_with_its_canaries(backend: str, which: str) -> None:
     """Gold 1, empty 0, a gold episode played through the tools, expected values held outside the sandbox,
-    and at least 3 canaries a task."""
+    and at least 3 canaries a task: every task on bwrap, one on Docker (the same grading in another
+    sandbox; each task takes about a minute a backend, and `harness tasks validate` showed all four on
+    both)."""
     require_backend(backend)
-    for task in load_suite(str(SUITE)):
+    for task in [t for t in load_suite(str(SUITE)) if t.id.startswith(which)]:
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
         assert result.ok, (task.id, result.problems)
         assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]

@@ -135,8 +135,11 @@ def test_the_split_is_the_plug_ins_own() -> None:
 
 @pytest.mark.timeout(900)
 def test_mining_go_keeps_the_fix_and_drops_the_others(
-    backend: str, go_history: tuple[Path, dict[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    go_history: tuple[Path, dict[str, str]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """On bwrap (the measuring is the grader's own, the same on every backend; Docker's run took 100 s)."""
+    backend = "bwrap"
+    require_backend(backend)
     repo, commits = go_history
     out = tmp_path / "suite"
     argv = ["tasks", "mine", "--language", "go", "--repo", str(repo), "--out", str(out), "--backend", backend]
