@@ -41,7 +41,7 @@ def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str,
     assert result["canaries"] + result["held_canaries"] >= 1 and not result["weak"], result
     # Text canaries are drawn at random and only those that fail on gold are kept: there may be none.
     kept = load_canaries(suite / "mini-001")
-    assert len(kept) == result["canaries"] and all(c["file"] == "tests/test_hidden_clamp.py" for c in kept)
+    assert len(kept) == result["canaries"] and all(c.file == "tests/test_hidden_clamp.py" for c in kept)
     # Values are drawn at random: --check verifies the stored canaries rather than drawing new ones.
     again = harness(
         "tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1", "--check"
