@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 from pyflakes import checker as pyflakes_checker
 
+from tasks.parsing import parse_python
 from tasks.patches import changed_lines, split_patch
 
 
@@ -140,7 +141,7 @@ def _is_commented_code(line: str, style: SourceStyle = PYTHON_STYLE) -> bool:
     if style.code is not None:
         return style.code.search(body) is not None
     try:
-        tree = ast.parse(body)
+        tree = parse_python(body)
     except SyntaxError:
         return False
     # A bare word or constant ("# TODO", "# 42") is prose, not code.
@@ -152,7 +153,7 @@ def _is_commented_code(line: str, style: SourceStyle = PYTHON_STYLE) -> bool:
 def static_warnings(source: str, filename: str) -> list[str]:
     """pyflakes' warnings of the kinds we count, as 'Kind: message' strings (line numbers dropped)."""
     try:
-        tree = ast.parse(source, filename=filename)
+        tree = parse_python(source, filename=filename)
         found = pyflakes_checker.Checker(tree, filename=filename)
     except SyntaxError as e:
         return [f"SyntaxError: {e.msg}"]

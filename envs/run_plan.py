@@ -23,6 +23,7 @@ from tasks.canaries import Canary, held_canaries
 from tasks.computed import Held, held_map
 from tasks.expectations import Check, Rewritten, rewrite
 from tasks.model import Task
+from tasks.parsing import parse_python
 
 
 @dataclass
@@ -68,7 +69,7 @@ def fresh_name(original: str, taken: set[str]) -> str:
 def normalized(source: str) -> str:
     """`source` as `ast.unparse` writes it (how canaries are written); unchanged if it does not parse."""
     try:
-        return ast.unparse(ast.parse(source)) + "\n"
+        return ast.unparse(parse_python(source)) + "\n"
     except (SyntaxError, ValueError):
         return source
 
@@ -131,7 +132,7 @@ def _shape(source: str) -> str:
     """The file's syntax tree with every constant reduced to its type: the same for a text canary and
     the real copy it was made from, which differ in constants only."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return ""
     for node in ast.walk(tree):

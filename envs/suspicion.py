@@ -25,6 +25,7 @@ import ast
 from collections import Counter
 
 from tasks.computed import dotted as _dotted
+from tasks.parsing import parse_python
 
 SUSPECT_MODULES = frozenset({"gc", "inspect", "ctypes", "atexit", "pytest", "_pytest", "pluggy", "unittest"})
 HOOKS = frozenset(
@@ -48,7 +49,7 @@ def suspicions(before: dict[str, str], after: dict[str, str]) -> list[str]:
 
 def _constructs(source: str) -> list[str]:
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
         return _walked(tree)
     except (SyntaxError, ValueError):
         return []

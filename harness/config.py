@@ -13,6 +13,8 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from tasks.parsing import parse_python
+
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -168,7 +170,7 @@ def field_docs(model: type[BaseModel]) -> dict[str, str]:
         if not (isinstance(cls, type) and issubclass(cls, BaseModel)) or cls is BaseModel:
             continue
         try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+            tree = parse_python(textwrap.dedent(inspect.getsource(cls)))
         except (OSError, TypeError, SyntaxError):
             continue
         body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []

@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
 
 from tasks.computed import ComputedFile, Held, held_map
 from tasks.expectations import OBSERVE, OBSERVE_IS, Check, rewrite, test_functions
+from tasks.parsing import parse_python
 from tasks.plain import decode
 
 CANARIES_FILE = "canaries.json"
@@ -130,7 +131,7 @@ def planned(
     per draw; `made` writes only the chosen ones, and checks the counts again on the copy itself."""
     written = rewrite(source, computed=computed).source
     try:
-        tree = ast.parse(written)
+        tree = parse_python(written)
     except SyntaxError:
         return []
     counts = Counter(re.findall(TOKEN, written))
@@ -246,7 +247,7 @@ def _unremarkable(
 
 def _edited(written: str, edits: list[tuple[int, int, Any]]) -> str:
     """`written` with the constants at `edits` replaced (found again in a fresh parse)."""
-    tree = ast.parse(written)
+    tree = parse_python(written)
     for line, index, value in edits:
         function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.lineno == line)
         constant, _, _ = _places(function)[index]

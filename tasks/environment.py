@@ -27,6 +27,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from tasks.parsing import parse_python
+
 TEST_EXTRAS = ("test", "tests", "testing")
 """Extras and dependency groups whose requirements the tests need."""
 DEV_EXTRAS = ("dev", "develop", "development")
@@ -218,7 +220,7 @@ def _setup_py(path: Path) -> tuple[str | None, list[str]]:
     if not path.is_file():
         return None, []
     try:
-        tree = ast.parse(path.read_text(errors="replace"))
+        tree = parse_python(path.read_text(errors="replace"))
     except SyntaxError:
         return None, []
     for node in ast.walk(tree):

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from tasks.computed import Held, Scope, computed_sides, dotted, drop_unread_helpers
+from tasks.parsing import parse_python
 from tasks.plain import decode, encode
 
 OBSERVE = "_harness_observe"
@@ -137,7 +138,7 @@ def rewrite(
     task whose ids name cases otherwise than pytest's rules say). `computed`: the expected values the
     gold tree gave (`tasks/computed.py`); `probe`: validation's run that computes them."""
     try:
-        tree = ast.parse(source)
+        tree = parse_python(source)
     except (SyntaxError, ValueError):
         return Rewritten(source)
     names: dict[str, Any] = {**_constructor_names(tree)}

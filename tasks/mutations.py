@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Literal, get_args
 
+from tasks.parsing import parse_python
+
 Operator = Literal[
     "flipped_comparison",
     "off_by_one",
@@ -100,7 +102,7 @@ NO_SWAP = frozenset({"isinstance", "issubclass", "getattr", "setattr", "hasattr"
 
 def find_mutations(path: str, text: str) -> list[Mutation]:
     """Every mutation of the functions in `text` that parses and changes the program."""
-    tree = ast.parse(text)
+    tree = parse_python(text)
     source = Source(text)
     before = ast.dump(tree)
     found: list[Mutation] = []
@@ -113,7 +115,7 @@ def find_mutations(path: str, text: str) -> list[Mutation]:
 
 def _changes_program(mutation: Mutation, text: str, before: str) -> bool:
     try:
-        after = ast.parse(mutation.apply(text))
+        after = parse_python(mutation.apply(text))
     except SyntaxError:
         return False
     return ast.dump(after) != before

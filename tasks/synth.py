@@ -50,6 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from tasks.environment import Environment
 from tasks.model import Limits
 from tasks.mutations import OPERATORS, Mutation, Operator, Source, find_mutations
+from tasks.parsing import parse_python
 from tasks.patches import NOISE, is_graded_path
 from tasks.pytest_config import pytest_collection
 from tasks.suite import BugEdit, TaskError, TaskFile, cache_root
@@ -571,7 +572,7 @@ def called_functions(repo: Path, tests: list[str]) -> list[str]:
     for test in tests:
         path, *names = test.split("[")[0].split("::")
         try:
-            tree = ast.parse((repo / path).read_text(encoding="utf-8"))
+            tree = parse_python((repo / path).read_text(encoding="utf-8"))
         except (OSError, SyntaxError, ValueError):
             continue
         imported = _repository_imports(repo, tree, Path(path))
@@ -602,7 +603,7 @@ def _repository_imports(repo: Path, tree: ast.Module, path: Path, follow: bool =
         elif isinstance(node, ast.ImportFrom) and node.level == 1 and follow:
             beside = path.parent / (f"{node.module.replace('.', '/')}.py" if node.module else "__init__.py")
             try:
-                there = _repository_imports(repo, ast.parse((repo / beside).read_text()), beside, False)
+                there = _repository_imports(repo, parse_python((repo / beside).read_text()), beside, False)
             except (OSError, SyntaxError, ValueError):
                 continue
             names |= {a.asname or a.name: there[a.name] for a in node.names if a.name in there}
