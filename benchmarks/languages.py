@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/languages.py [--rounds N] [--json PATH]
 
-For each language's built-in suite (Python's `builtin`, `rust`, `go`) the first task is taken. Each round
+For each language's built-in suite (Python's `builtin`, `rust`, `go`, `java`, `javascript`) the first task is taken. Each round
 visits every (language, backend) in turn, so load weighs on all alike, and measures what a user waits for:
 a step (the task's own test command, `run_tests`, in a started sandbox, after one warm-up run) and a
 grade of the gold patch (the hidden tests, held values and canaries, from a fresh sandbox). Medians and
@@ -24,7 +24,7 @@ from envs.sandbox import SandboxConfig
 from tasks.model import Task
 from tasks.suite import load_suite
 
-SUITES = {"python": "builtin", "rust": "rust", "go": "go"}
+SUITES = {"python": "builtin", "rust": "rust", "go": "go", "java": "java", "javascript": "javascript"}
 
 
 def step_seconds(task: Task, config: SandboxConfig) -> float:
