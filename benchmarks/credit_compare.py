@@ -1,7 +1,7 @@
-"""Plain GRPO beside GRPO + OPSD and GRPO + hint rollouts on the training demo (issue 19), per seed.
+"""Plain GRPO beside OPSD, hint rollouts and a learnability-trained teacher on the demo, per seed (issue 39).
 
-    .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2] [--arms grpo,opsd,hints] [--json PATH]
-        [KEY=VALUE ...]
+    .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2] [--arms grpo,opsd,mixed,hints,teacher]
+        [--json PATH] [KEY=VALUE ...]
 
 Each (seed, arm) runs `harness demo` (`harness/training/train_demo.py`; KEY=VALUE overrides its settings,
 e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms start from one warm start (its GRPO
@@ -13,7 +13,10 @@ Arms:
 
 - grpo:  `credit.mode: outcome` (the default);
 - opsd:  `credit.mode: outcome+opsd` (the policy scores its own tokens after the privileged header);
-- hints: `credit.hint_rollouts: 2` (groups that all failed get two rollouts with the header).
+- mixed: `credit.mode: outcome*opsd` (the same signal scaling the outcome within 1 +- 0.2, its sign kept);
+- hints: `credit.hint_rollouts: 2` (groups that all failed get two rollouts with the header);
+- teacher: the hints arm with `credit.teacher_training: learnability` (the hint rollouts are also the
+  teacher's own GRPO groups, rewarded success x learnability; their tokens are the hints arm's).
 
 Hint rollouts sample more tokens than the others, so each arm is read at plain GRPO's sampled-token budget
 of the same seed: the training pass rate of the last two steps within that budget, and the first step
@@ -44,7 +47,9 @@ from harness.training.train_demo import DemoConfig, run_training_demo
 ARMS = {
     "grpo": CreditConfig(),
     "opsd": CreditConfig(mode="outcome+opsd"),
+    "mixed": CreditConfig(mode="outcome*opsd"),
     "hints": CreditConfig(hint_rollouts=2),
+    "teacher": CreditConfig(hint_rollouts=2, teacher_training="learnability"),
 }
 console = Console(width=max(Console().width, 120))
 

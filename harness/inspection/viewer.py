@@ -34,7 +34,7 @@ import yaml
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
 from envs.grading import Grade
 from harness.agent.trajectory import Metrics as TrajectoryMetrics
@@ -42,6 +42,7 @@ from harness.agent.trajectory import ParsedCall, Segment, Status, Summary, Timin
 from harness.inspection.runs import Selection, advantages
 from harness.rollouts.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
 from harness.training.grpo import group_advantages
+from harness.training.turn_credit import trajectory_bonuses
 from tasks.model import HINT_SUFFIX
 
 STATIC = Path(__file__).with_name("viewer_static")
@@ -69,6 +70,14 @@ class ModelSource(BaseModel):
     """Training runs: the starting model folder."""
     policy: str | None = None
     """Rollout runs: `hf:PATH` for an in-process model, or a chat / scripted policy."""
+    credit: dict[str, Any] = Field(default_factory=dict)
+    """Training runs: the credit settings, of which the view reads `turn_weight` and `turn_clip` to show
+    each turn's turn-level credit (recomputed from the trajectory, as the trainer computed it)."""
+
+    def turn_credit(self) -> tuple[float, float] | None:
+        """(weight, clip) of the run's turn-level credit, or None when it had none."""
+        weight = float(self.credit.get("turn_weight") or 0.0)
+        return (weight, float(self.credit.get("turn_clip", 0.5))) if weight > 0 else None
 
 
 METRICS_LINE: TypeAdapter[dict[str, float | None]] = TypeAdapter(dict[str, float | None])
@@ -142,6 +151,9 @@ class TurnView(_Out):
     """Position of its first generated token in the segment's ids."""
     generated: int
     appended: int
+    turn_credit: float | None = None
+    """The bonus turn-level credit added to this turn's tokens' advantage (`credit.turn_weight`); None
+    when the run gave none."""
 
 
 class TokenView(_Out):
@@ -320,8 +332,12 @@ class RunView:
         if not found:
             return None
         t, row = found[-1]
+        turned = self._read(
+            "config", (self.config_path,), lambda: read_model_source(self.config_path)
+        ).turn_credit()
+        bonuses = trajectory_bonuses(t.segments, *turned) if turned else [None] * len(t.segments)
         segments = [
-            self._segment(s, row, snapshot.records.get((t.id, s.index)), closed=i + 1 < len(t.segments))
+            self._segment(s, row, snapshot.records.get((t.id, s.index)), i + 1 < len(t.segments), bonuses[i])
             for i, s in enumerate(t.segments)
         ]
         return TrajectoryDetail(
@@ -331,7 +347,12 @@ class RunView:
         )  # fmt: skip
 
     def _segment(
-        self, segment: Segment, row: TrajectoryRow, record: SegmentAdvantage | None, closed: bool
+        self,
+        segment: Segment,
+        row: TrajectoryRow,
+        record: SegmentAdvantage | None,
+        closed: bool,
+        bonuses: list[float] | None,
     ) -> SegmentView:
         tokens, note = None, None
         if segment.prompt_ids or any(turn.generated_ids for turn in segment.turns):
@@ -341,7 +362,7 @@ class RunView:
             advantage=record.advantage if record else row.advantage,
             advantage_source="learner" if record else row.advantage_source,
             closed_by_summary=closed,
-            turns=turn_views(segment),
+            turns=turn_views(segment, bonuses),
             messages=segment.messages,
             tokens=tokens,
             note=note,
@@ -430,10 +451,11 @@ def group_relative_advantages(trajectories: list[Trajectory]) -> list[float]:
     return [float(a) for a in advantages.tolist()]
 
 
-def turn_views(segment: Segment) -> list[TurnView]:
+def turn_views(segment: Segment, bonuses: list[float] | None = None) -> list[TurnView]:
+    """The segment's turns; with `bonuses`, each one's turn-level credit."""
     views = []
     position = len(segment.prompt_ids)
-    for turn in segment.turns:
+    for k, turn in enumerate(segment.turns):
         views.append(
             TurnView(
                 kind=turn.kind,
@@ -447,6 +469,7 @@ def turn_views(segment: Segment) -> list[TurnView]:
                 start=position,
                 generated=len(turn.generated_ids),
                 appended=len(turn.appended_ids),
+                turn_credit=bonuses[k] if bonuses is not None else None,
             )
         )
         position += len(turn.generated_ids) + len(turn.appended_ids)

@@ -10,6 +10,8 @@ learner's micro-batches are), H the teacher header's tokens.
     dense_advantages   (S,) outcome, (S, T) signal -> (S, T)
     dense_weight       step -> float                      beta, decayed linearly to 0 over `decay_steps`
     surprisal_gate     (S, T) student log-probs -> (S, T) weights of a hint rollout's tokens
+    learnability       (B, T) student log-probs -> (B,)   how learnable each teacher rollout is
+    teacher_rewards    (B,) success, (B,) learnability -> (B,) the learnability-trained teacher's reward
 
 On-policy self-distillation (OPSD, arXiv 2601.18734): the student samples on its own; the same model,
 given privileged context, scores the student's tokens; the per-token gap log p_T(y_t) - log p_S(y_t) is
@@ -124,3 +126,33 @@ def surprisal_gate(student: Tensor, mask: Tensor, tau: float, spike_cap: float) 
     weight = torch.exp(-(surprisal - tau).clamp(min=0))  # (S, T) 1 up to tau
     weight = weight.masked_fill(surprisal > spike_cap, 0.0)  # (S, T)
     return weight * mask
+
+
+def learnability(student: Tensor, mask: Tensor, spike_cap: float, spike_penalty: float) -> Tensor:
+    """How learnable each teacher rollout is for the student: exp(-(mean_t s_t + lambda * max(0, max_t s_t
+    - spike_cap))), s_t = -log p_S(y_t) the student's surprisal of the teacher's token in the student's own
+    context (no header), over the rollout's mask-1 tokens. In (0, 1]: 1 when the student would write every
+    token for sure; the mean term is the geometric mean of the student's per-token probability, and the
+    spike term costs a rollout its single most surprising token where that passes the cap the gate
+    zeroes at (`surprisal_gate`), so that one extreme jump costs more than its share of a mean.
+    Pedagogical RL's spike-aware pedagogy reward (S. Chakraborty, N. Ziems et al., 2026, as issue 39
+    reads it: mean surprisal with a penalty on single extreme spikes); the exact form and its constants
+    are ours, the paper's are not known here. A row with no mask-1 token gets 0 (nothing to learn).
+    student, mask: (B, T), one rollout a row (its segments' tokens laid end to end) -> (B,)."""
+    if spike_penalty < 0:
+        raise ValueError(f"spike_penalty must be at least 0, got {spike_penalty}")
+    on = mask > 0  # (B, T)
+    surprisal = -student * on  # (B, T) 0 off the mask
+    count = on.sum(dim=1)  # (B,)
+    mean = surprisal.sum(dim=1) / count.clamp(min=1)  # (B,)
+    peak = surprisal.masked_fill(~on, 0.0).amax(dim=1)  # (B,) surprisal >= 0, so 0 is a floor
+    spike = (peak - spike_cap).clamp(min=0)  # (B,)
+    value = torch.exp(-(mean + spike_penalty * spike))  # (B,)
+    return value * (count > 0)
+
+
+def teacher_rewards(success: Tensor, learnable: Tensor) -> Tensor:
+    """The learnability-trained teacher's reward (Pedagogical RL): success x learnability, so a failure
+    earns 0 however learnable, and among successes the ones nearest the student's distribution earn most.
+    success (1 or 0), learnable: (B,) -> (B,)."""
+    return success * learnable  # (B,)

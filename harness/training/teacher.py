@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from harness.training.credit import (
     CreditMode,
@@ -132,7 +132,39 @@ class CreditConfig(BaseModel):
     there are gated as any other), `keep` trains them all in that context."""
     spike_cap: float = Field(default=8.0, gt=0)
     """A hint rollout's token whose student surprisal is above this counts 0 (a token only the header
-    explains)."""
+    explains); with `teacher_training: learnability`, also where a teacher rollout's spike penalty starts."""
+    teacher_training: Literal["off", "learnability"] = "off"
+    """`learnability`: the hint rollouts are also a self-teacher's own GRPO groups (one per failed task, of
+    `hint_rollouts` each), rewarded success x learnability (`credit.learnability`: the student's surprisal
+    of the teacher's tokens in its own context, mean and spike), and trained on in the teacher's context
+    (header included), with the same weights, weighted by `teacher_weight`; their successes still feed
+    the gated imitation. Pedagogical RL's self-teacher (issue 39, item 1). `off`: the teacher samples as
+    it is."""
+    teacher_weight: float = Field(default=1.0, ge=0)
+    """`teacher_training: learnability`: the teacher rows' weight in the loss (their advantages are
+    multiplied by it, and the surrogate is linear in the advantage; entropy and KL terms are not
+    weighted). 1, as much as a student row: the paper's weighting is not known here."""
+    spike_penalty: float = Field(default=1.0, ge=0)
+    """`teacher_training: learnability`: lambda, what each nat of a teacher rollout's largest surprisal
+    above `spike_cap` takes off its log-learnability (one nat of mean surprisal takes off the same).
+    1 is ours: the paper's constant is not known here."""
+
+    turn_weight: float = Field(default=0.0, ge=0)
+    """Turn-level credit from the agent's own `run_tests` results (`harness/training/turn_credit.py`): a
+    turn that changed files gets its share of the change in the visible tests' pass rate that the next
+    comparable run showed, times this, added to its tokens' advantage. 0 turns it off (the default)."""
+    turn_clip: float = Field(default=0.5, gt=0)
+    """Turn-level credit: each turn's bonus is clipped to +-turn_clip (about half an outcome advantage, so
+    the outcome's sign dominates where they disagree)."""
+
+    @model_validator(mode="after")
+    def _teacher_groups(self) -> CreditConfig:
+        if self.teacher_training != "off" and self.hint_rollouts < 2:
+            raise ValueError(
+                "credit.teacher_training compares the teacher's rollouts within a group: it needs"
+                f" credit.hint_rollouts of at least 2, got {self.hint_rollouts}"
+            )
+        return self
 
 
 def teacher_folder(teacher: str, model: Path) -> Path | None:

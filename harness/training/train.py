@@ -27,7 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -51,7 +51,7 @@ from harness.training.checkpoint import (
 )
 from harness.training.credit import privileged_header
 from harness.training.distributed import Processes
-from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task
+from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task, teacher_rows
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
 from harness.training.logs import LogConfig, MetricsWriter
 from harness.training.streaming import GroupLearner, GroupStream, Roll, merged_stats
@@ -65,6 +65,7 @@ from harness.training.teacher import (
     teacher_folder,
     with_dense_credit,
 )
+from harness.training.turn_credit import with_turn_credit
 from policies.base import Scorer, TokenPolicy
 from policies.chat_format import ChatFormat
 from policies.cpu_threads import async_sampler_threads, cpu_threads, host_cores
@@ -396,8 +397,10 @@ def _learn_whole(run: TrainingRun, step: int) -> LearnedStep:
     scoring = time.monotonic()
     credit = run.credit(rows, batch.trained, step)  # dense credit from the privileged context, if asked for
     credit_s = time.monotonic() - scoring
+    turned, turn_stats = _turn_credit(run, credit.rows, batch.trained)
+    credit = replace(credit, rows=turned, metrics=credit.metrics | turn_stats)
     hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
-    rows = credit.rows + hinted.rows
+    rows = credit.rows + hinted.rows + hinted.teacher_rows  # the teacher's own track, if it is trained
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(run.config, step))
     stats = {
         **advantage_stats,
@@ -422,6 +425,8 @@ def _learn_streamed(run: TrainingRun, step: int) -> LearnedStep:
         for group in stream:
             started = time.monotonic()
             group_rows, group_stats = _rows(run, group)
+            group_rows, turn_stats = _turn_credit(run, group_rows, group)
+            group_stats |= turn_stats
             learner.add(group_rows)
             spans.append((started, time.monotonic()))
             rows += group_rows
@@ -535,10 +540,15 @@ class TrainingRun:
             for k in range(step * config.hint_rollouts, (step + 1) * config.hint_rollouts)
         ]
         fmt = ChatFormat(self.policy.tokenizer, self.policy.stop_ids())
-        return hint_rows(
-            self.hint_roll(jobs), trajectories, self.config.learner, self.tasks, fmt, self.config.rollout,
+        rolled = self.hint_roll(jobs)
+        hinted = hint_rows(
+            rolled, trajectories, self.config.learner, self.tasks, fmt, self.config.rollout,
             self.policy.model, config, self.processes.device,
         )  # fmt: skip
+        if config.teacher_training == "off":
+            return hinted
+        taught, metrics = teacher_rows(rolled, hinted.learnable, self.config.learner, config)
+        return replace(hinted, metrics=hinted.metrics | metrics, teacher_rows=taught)
 
     def close(self) -> None:
         for close in self.closers:
@@ -687,10 +697,18 @@ def _rollouts(
             **sampler_options(config, processes),
         )
         own.set_version(version)
-        sampler: TokenPolicy = ScriptedTokens(own, tasks) if config.script else own
+        sampler: TokenPolicy = ScriptedTokens(own, scripted(config, tasks)) if config.script else own
         return LocalRollouts(sampler, rollout_config, pool), to_copy(policy, own)
-    sampler = ScriptedTokens(policy, tasks) if config.script else policy
+    sampler = ScriptedTokens(policy, scripted(config, tasks)) if config.script else policy
     return LocalRollouts(sampler, rollout_config, pool), in_place()
+
+
+def scripted(config: TrainConfig, tasks: list[Task]) -> list[Task]:
+    """The tasks a scripted policy plays: the run's, and with `credit.hint_rollouts` their hint tasks
+    (the privileged header in the statement), whose prompts it must recognise as well."""
+    if not config.credit.hint_rollouts:
+        return tasks
+    return [*tasks, *(hint_task(t, privileged_header(t, config.credit.privileged)) for t in tasks)]
 
 
 def _follow(config: TrainConfig, processes: Processes, found: Path | None) -> None:
@@ -724,6 +742,14 @@ def _rows(run: TrainingRun, trained: list[Trajectory]) -> tuple[list[Row], dict[
     kl = run.learner.trajectory_kl(trained)
     rows, stats = rows_from_trajectories(trained, run.config.learner, [coef * k for k in kl])
     return rows, stats | {"kl_in_reward_mean": sum(kl) / len(kl)}
+
+
+def _turn_credit(
+    run: TrainingRun, rows: list[Row], trained: list[Trajectory]
+) -> tuple[list[Row], dict[str, float]]:
+    """`rows` with turn-level credit from the agent's own test runs, when `credit.turn_weight` asks."""
+    config = run.config.credit
+    return with_turn_credit(rows, trained, config.turn_weight, config.turn_clip)
 
 
 def learn(

@@ -286,12 +286,23 @@ function conversationBlock(t) {
   return section;
 }
 
+// Turn-level credit (credit.turn_weight): the bonus a turn's tokens got from the change its edits made in
+// the agent's own visible test runs; the turn is shaded by its sign.
+function turnCreditChip(credit) {
+  if (credit === null || credit === undefined) return null;
+  return el("span", { class: "chip turn-credit " + advClass(credit),
+    title: "turn-level credit: the change in the visible tests' pass rate this turn's edits made, as the agent's next run of them showed" },
+    "turn credit " + signed(credit));
+}
+
 function turnView(turn, k) {
   const summary = turn.kind === "summary";
   const head = el("div", { class: "turn-head" },
     `turn ${k} · ${turn.kind} · policy version ${turn.policy_version} · ${turn.generated} tokens generated · finish ${turn.finish_reason}`,
-    summary ? el("span", { class: "badge summary" }, "summary") : null);
-  return el("div", { class: "turn" + (summary ? " summary-turn" : "") }, head,
+    summary ? el("span", { class: "badge summary" }, "summary") : null,
+    turnCreditChip(turn.turn_credit));
+  const credited = turn.turn_credit ? " credited " + advClass(turn.turn_credit) : "";
+  return el("div", { class: "turn" + (summary ? " summary-turn" : "") + credited }, head,
     el("pre", { class: "model-text" }, turn.text),
     turn.tool_call && el("pre", { class: "tool-call" }, "→ " + turn.tool_call.name + " " + JSON.stringify(turn.tool_call.arguments)),
     turn.parse_error && el("pre", { class: "error" }, "parse error: " + turn.parse_error),

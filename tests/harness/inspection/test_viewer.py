@@ -30,7 +30,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from envs.grading import Grade
-from harness.agent.trajectory import Segment, Summary, Trajectory, Turn
+from harness.agent.trajectory import ParsedCall, Segment, Summary, Trajectory, Turn
 from harness.cli import main
 from harness.inspection.viewer import LEARNER_FILE, STATIC, create_app, find_tokenizer
 from harness.rollouts.store import RunStore, append_line
@@ -631,3 +631,53 @@ def test_hint_rollouts_are_marked_in_the_list() -> None:
 
     assert row("demo-add.hint") and not row("demo-add")
     assert "hintBadge()" in (STATIC / "app.js").read_text()  # drawn beside the task id when set
+
+
+def credited_trajectory() -> Trajectory:
+    """One segment: run_tests (1 of 2 pass), edit, run_tests (2 of 2): with turn_weight 0.5 the edit's
+    turn gets +0.25 (harness/training/turn_credit.py), the two runs 0."""
+
+    def call(name: str, generated: list[int], observation: str | None = None) -> Turn:
+        made = turn("action", generated, [4])
+        made.tool_call = ParsedCall(name=name, arguments={})
+        made.observation = observation
+        return made
+
+    segment = Segment(
+        index=0,
+        prompt_ids=[1, 2, 3],
+        turns=[
+            call("run_tests", [10], "1 passed, 1 failed in 0.1s"),
+            call("edit", [11, 12]),
+            call("run_tests", [13], "2 passed in 0.1s"),
+        ],
+    )
+    return Trajectory(
+        id="c/0", run="r", task_id="c", group_id="c@v0", sample_index=0, policy="hf:tiny", seed=0,
+        trainable=True, segments=[segment], final_diff="", grade=grade("c", 1.0), reward=1.0, status="ok",
+    )  # fmt: skip
+
+
+def test_turn_level_credit_is_shown_on_each_turn(tmp_path: Path, browser: WebDriver) -> None:
+    """A run trained with `credit.turn_weight`: the API gives each turn its bonus, recomputed from the
+    trajectory as the trainer did, and the page shades the credited turn and names its bonus; a run
+    without it shows none."""
+    from selenium.webdriver.common.by import By
+
+    config = {"model": str(tmp_path / "no-model"), "credit": {"turn_weight": 0.5, "turn_clip": 1.0}}
+    run = write_run(tmp_path / "credited", [credited_trajectory()], config)
+    detail = client(run).get("/api/trajectories/c%2F0").json()
+    assert [t["turn_credit"] for t in detail["segments"][0]["turns"]] == [0.0, 0.25, 0.0]
+    plain = write_run(tmp_path / "plain", [credited_trajectory()], {"model": str(tmp_path / "no-model")})
+    assert [
+        t["turn_credit"] for t in client(plain).get("/api/trajectories/c%2F0").json()["segments"][0]["turns"]
+    ] == [None] * 3
+    with harness_view(run) as served:
+        browser.get(served.url + "#/t/c%2F0")
+        credited = wait_for(
+            browser, lambda d: elements(d, "#conversation .turn.credited.adv-pos"), "a credited turn"
+        )
+        assert len(credited) == 1
+        chip = credited[0].find_element(By.CSS_SELECTOR, ".turn-head .chip.turn-credit")
+        assert chip.text == "turn credit +0.250"
+        assert len(elements(browser, "#conversation .turn-credit")) == 3  # every turn names its bonus, 0 too

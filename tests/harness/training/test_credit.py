@@ -9,7 +9,15 @@ import pytest
 import torch
 from pydantic import ValidationError
 
-from harness.training.credit import dense_advantages, dense_weight, opsd_signal, privileged_header, turn_mean
+from harness.training.credit import (
+    dense_advantages,
+    dense_weight,
+    learnability,
+    opsd_signal,
+    privileged_header,
+    teacher_rewards,
+    turn_mean,
+)
 from harness.training.teacher import CreditConfig
 from tasks.model import HiddenTests, Task
 
@@ -258,3 +266,33 @@ def test_the_teacher_may_be_another_model_that_reads_the_same_ids(
         TrainConfig.model_validate(
             {"model": str(tiny_model_path), "credit": {"teacher": str(tmp_path / "none")}}
         )
+
+
+def test_learnability_is_the_mean_surprisal_with_a_penalty_on_the_one_largest_spike() -> None:
+    """Row 0: surprisals 1, 3, 9 (the 4th token off the mask): mean 13/3, the spike 9 - cap 8 = 1, times
+    lambda 0.5: exp(-(13/3 + 0.5)) = exp(-4.8333) = 0.0079599. Row 1: surprisals 0.5, 1.5, none above the
+    cap: exp(-1) = 0.36788. Row 2: surprisals 1, 10, 12 (two spikes, only the largest costs): mean 23/3,
+    spike 12 - 8 = 4: exp(-(23/3 + 2)) = exp(-9.6667) = 6.3361e-5. Row 3: no token, nothing to learn: 0."""
+    student = torch.tensor(
+        [[-1.0, -3.0, -9.0, -20.0], [-0.5, -1.5, 0.0, 0.0], [-1.0, -10.0, -12.0, 0.0], [0.0, 0.0, 0.0, 0.0]]
+    )
+    mask = torch.tensor([[1.0, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0], [0, 0, 0, 0]])
+    got = learnability(student, mask, spike_cap=8.0, spike_penalty=0.5)
+    assert got.tolist() == pytest.approx([0.0079599, 0.36788, 6.3361e-5, 0.0], rel=1e-4)
+    # Without the penalty only the mean counts: row 0 is exp(-13/3) = 0.013124.
+    assert float(learnability(student, mask, 8.0, 0.0)[0]) == pytest.approx(0.013124, rel=1e-4)
+    with pytest.raises(ValueError, match="spike_penalty"):
+        learnability(student, mask, 8.0, -1.0)
+
+
+def test_the_teachers_reward_is_success_times_learnability() -> None:
+    # A failure earns 0 however learnable; successes earn their learnability.
+    rewards = teacher_rewards(torch.tensor([1.0, 0.0, 1.0]), torch.tensor([0.4, 0.9, 0.1]))
+    assert rewards.tolist() == pytest.approx([0.4, 0.0, 0.1])
+
+
+def test_a_trained_teacher_needs_groups_of_two() -> None:
+    assert CreditConfig().teacher_training == "off"
+    with pytest.raises(ValidationError, match="hint_rollouts of at least 2"):
+        CreditConfig(teacher_training="learnability", hint_rollouts=1)
+    assert CreditConfig(teacher_training="learnability", hint_rollouts=2).teacher_weight == 1.0

@@ -5,6 +5,7 @@ scored by the real tiny model; and a training run that samples hint rollouts for
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,9 @@ from harness.training.hints import (
     student_prompts,
     student_rows,
 )
-from harness.training.learner import LearnerConfig
+from harness.training.learner import Learner, LearnerConfig, Row
 from harness.training.teacher import CreditConfig, teacher_logprobs
+from harness.training.train import TrainConfig, train
 from policies.chat_format import ChatFormat
 from policies.hf import HFPolicy
 from summarizer import resume_messages
@@ -193,3 +195,147 @@ def test_a_students_first_prompt_is_the_one_its_rollout_sampled_from(
     assert done.trainable and done.ids_verified and done.metrics.turns == 1
     (first,) = student_prompts(done, ChatFormat(tiny_policy.tokenizer, tiny_policy.stop_ids()), task, config)
     assert first == done.segments[0].prompt_ids
+
+
+DEMO_TASK = "demo-double"
+
+
+def scripted_seed(task_id: str, group: int, hints: int) -> int:
+    """The first rollout seed whose scripted plans (`plan_of`, a hash of each episode's seed) play the
+    decoy in every one of the group's rollouts of `task_id` at step 0, the gold fix in hint rollout 0 and
+    the decoy in the other hint rollouts: the group fails whole, and one of its hints succeeds."""
+    from harness.agent.scripted_tokens import plan_of
+    from harness.rollouts.episode import episode_seed
+
+    def plays(seed: int, task: str, sample: int) -> str:
+        return plan_of(episode_seed(seed, task, sample)).script
+
+    hint = task_id + ".hint"
+    return next(
+        seed
+        for seed in range(10_000)
+        if all(plays(seed, task_id, k) == "decoy" for k in range(group))
+        and plays(seed, hint, 0) == "gold-min"
+        and all(plays(seed, hint, k) == "decoy" for k in range(1, hints))
+    )
+
+
+def scripted_config(out: Path, model: Path, credit: Mapping[str, object]) -> TrainConfig:
+    """One step of a scripted run (`script: gold-or-decoy`) on one demo task, whose group fails whole and
+    whose first hint rollout succeeds (`scripted_seed`)."""
+    return TrainConfig.model_validate(
+        {
+            "model": str(model), "script": "gold-or-decoy", "steps": 1, "tasks_per_step": 1,
+            "learner": {"lr": 1e-4}, "credit": credit,
+            "rollout": {
+                "suite": "demo", "tasks": [DEMO_TASK], "out": str(out), "group_size": 3, "concurrency": 2,
+                "seed": scripted_seed(DEMO_TASK, 3, 2), "sandbox": {"backend": "bwrap"},
+                "sampling": {"max_new_tokens": 128, "temperature": 1.0},
+            },
+        }
+    )  # fmt: skip
+
+
+def recorded_rows(monkeypatch: pytest.MonkeyPatch) -> list[Row]:
+    """Every row the learner's steps are given, from now on (the real step runs on them)."""
+    trained: list[Row] = []
+    step = Learner.grpo_step
+
+    def recording(self: Learner, rows: list[Row]) -> dict[str, float]:
+        trained.extend(rows)
+        return step(self, rows)
+
+    monkeypatch.setattr(Learner, "grpo_step", recording)
+    return trained
+
+
+def test_a_hint_success_in_a_training_run_reaches_the_learner_gated(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A scripted run whose group fails whole and whose first hint rollout plays the gold fix: that
+    success's row is in the learner's batch, in the student's context (no header), its stored log-probs
+    the student's own, its advantage the learner's estimator's for one more rollout of the failed group
+    (reward minus the mean of the group with it: `advantage_scale: none`), each token's advantage that
+    times the surprisal gate, and the tokens above the spike cap off the mask."""
+    trained = recorded_rows(monkeypatch)
+    out = tmp_path / "run"
+    credit = {"hint_rollouts": 2, "gate_tau": 2.0, "spike_cap": 8.0}
+    (metrics,) = train(scripted_config(out, tiny_model_path, credit))
+    runs = {t.id: t for t in RunStore(out).trajectories()}
+    own = [t for t in runs.values() if t.task_id == DEMO_TASK]
+    success = runs[f"{DEMO_TASK}.hint/0"]
+    assert all(t.grade is not None and t.grade.correct < 1 for t in own) and len(own) == 3
+    assert success.grade is not None and success.grade.correct == 1.0 and success.trainable
+    assert metrics["hint_success_rate"] == 0.5 and metrics["hint_share"] > 0
+    rewards = [t.reward for t in own] + [success.reward]
+    advantage = success.reward - sum(rewards) / len(rewards)
+    hinted = [row for row in trained if row.source is not None and row.source[0] == success.id]
+    assert hinted and advantage > 0  # its row reached the learner
+    student = HFPolicy(tiny_model_path).model  # the weights that scored it: the run's first step
+    cpu, spiked = torch.device("cpu"), 0
+    for row in hinted:
+        assert row.source is not None
+        segment = success.segments[row.source[1]]
+        ids, mask, _ = segment.ids_and_mask()
+        cut = len(segment.prompt_ids)
+        tail = len(ids) - cut
+        assert row.ids[-tail:] == ids[cut:] and len(row.ids) < len(ids)  # the header is not in its prompt
+        full = Row(row.ids, [0] * (len(row.ids) - tail) + mask[cut:], [], 0.0)
+        (logprobs,) = teacher_logprobs(student, [], [full], 1.0, cpu)
+        assert row.sampler_logprobs[1:] == pytest.approx(logprobs, abs=1e-5)  # the student's own
+        assert row.advantage == pytest.approx(advantage)
+        on_mask = torch.tensor([full.mask[1:]], dtype=torch.float32)  # (1, T-1)
+        gate = surprisal_gate(torch.tensor([logprobs]), on_mask, 2.0, 8.0)  # (1, T-1)
+        assert row.token_advantages is not None
+        for t, (on, kept, w) in enumerate(zip(full.mask[1:], row.mask[1:], gate[0].tolist(), strict=True)):
+            assert kept == (on and w > 0)  # a spike above the cap leaves the mask
+            spiked += on and not kept
+            if kept:
+                assert row.token_advantages[t] == pytest.approx(advantage * w, rel=1e-5)
+    assert spiked  # the cap was reached: some tokens left the mask
+
+
+def test_a_learnability_trained_teachers_rows_reach_the_learner_with_their_own_weight(
+    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`credit.teacher_training: learnability`, `teacher_weight: 0.5`, the scripted run above: the task's two
+    hint rollouts are the teacher's group, the gold one rewarded its learnability L (worked here from the
+    student's own log-probs of its tokens, all of its segment: exp(-(mean surprisal + max(0, peak - 8))))
+    and the decoy 0, so their advantages are +-L/2 (GRPO's, scale none), times 0.5 on every token of their
+    segments as sampled (the header in the prompt). Every other row is the same as with the option off,
+    and off adds no row and no metric."""
+    trained = recorded_rows(monkeypatch)
+    credit = {"hint_rollouts": 2}
+    off_metrics = train(scripted_config(tmp_path / "off", tiny_model_path, credit))[0]
+    off, trained[:] = list(trained), []
+    taught = {**credit, "teacher_training": "learnability", "teacher_weight": 0.5}
+    (metrics,) = train(scripted_config(tmp_path / "on", tiny_model_path, taught))
+    assert not any(key.startswith("teacher_") for key in off_metrics) and off_metrics["hint_share"] > 0
+    assert all(row.source is not None for row in off)
+    teacher = [row for row in trained if row.source is None]
+    assert [row.source for row in trained if row.source is not None] == [row.source for row in off]
+    for a, b in zip([row for row in trained if row.source is not None], off, strict=True):
+        assert (a.ids, a.mask, a.advantage) == (b.ids, b.mask, b.advantage)
+    runs = {t.id: t for t in RunStore(tmp_path / "on").trajectories()}
+    gold, decoy = runs[f"{DEMO_TASK}.hint/0"], runs[f"{DEMO_TASK}.hint/1"]
+    (imitated,) = [row for row in trained if row.source == (gold.id, 0)]
+    _, full_mask, _ = gold.segments[0].ids_and_mask()
+    tail = len(full_mask) - len(gold.segments[0].prompt_ids)
+    surprisals = [
+        -lp for lp, m in zip(imitated.sampler_logprobs[-tail:], full_mask[-tail:], strict=True) if m
+    ]  # the student's own log-probs of the gold rollout's tokens, gated out or not
+    expected = math.exp(-(sum(surprisals) / len(surprisals) + max(0.0, max(surprisals) - 8.0)))
+    assert len(gold.segments) == 1 and metrics["teacher_learnability_mean"] == pytest.approx(
+        expected, rel=1e-5
+    )
+    assert (
+        metrics["teacher_rows"] == 2
+        and metrics["hint_success_rate"] == 0.5
+        and "hint_gated_fraction" in metrics
+    )
+    assert len(teacher) == 2
+    for t, sign in ((gold, 1), (decoy, -1)):
+        ids, mask, logprobs = t.segments[0].ids_and_mask()
+        (row,) = [row for row in teacher if row.ids == ids]  # the teacher's context, header included
+        assert (row.mask, row.sampler_logprobs) == (mask, logprobs)
+        assert row.token_advantages is None and row.advantage == pytest.approx(sign * 0.5 * expected / 2)
