@@ -178,7 +178,7 @@ def sandbox_host_user(config: SandboxConfig) -> int | None:
 
 
 def _run_files(run_dir: Path, uid: int | None) -> tuple[Path, Path]:
-    """The run's copies of the executor and of the sandbox's passwd / group files, readable by `uid`.
+    """The run's copies of the executor and of the sandbox's passwd / group / hosts files, readable by `uid`.
 
     Sandboxes of a run start from threads at once: each file is written under a private name, then
     renamed into place.
@@ -191,6 +191,7 @@ def _run_files(run_dir: Path, uid: int | None) -> tuple[Path, Path]:
     files = {
         etc / "passwd": f"root:x:0:0::/root:/bin/sh\nagent:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/sh\n",
         etc / "group": f"root:x:0:\nagent:x:{SANDBOX_UID}:\n",
+        etc / "hosts": "127.0.0.1\tlocalhost\n::1\tlocalhost\n",  # as Docker's: vite looks localhost up
         run_dir / "executor.py": EXECUTOR.read_text(),
     }
     for path, text in files.items():
@@ -251,9 +252,10 @@ def _bwrap_args(
     """bwrap's arguments up to the executor's command, and the bridges they need."""
     etc, executor = _run_files(run_dir, uid)
     env = sandbox_env(config.python_env)
+    modules = [config.node_modules] if config.node_modules is not None else []
     binds = (
         [Path(d) for d in python_dirs()] + ([env] if env else []) + ([source] if source is not None else [])
-    )
+    ) + modules
     bridge = Bridges([*binds, run_dir], uid)
     args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL"]
     if _seccomp_file(run_dir) is not None:  # read from SECCOMP_FD, which the launcher opens
@@ -276,6 +278,9 @@ def _bwrap_args(
         "--ro-bind",
         bridge(etc / "group"),
         "/etc/group",
+        "--ro-bind",
+        bridge(etc / "hosts"),
+        "/etc/hosts",
     ]
     # The kernel's settings in /proc/sys are the host's own (core_pattern runs a program as root), and
     # /dev is read-only but for a size-capped /dev/shm and the sandbox's own POSIX message queues in
@@ -291,6 +296,8 @@ def _bwrap_args(
         args += ["--ro-bind", bridge(d), d]  # /tmp must not be hidden by them
     if source is not None:
         args += ["--ro-bind", bridge(source), "/opt/pristine"]
+    for folder in modules:  # envs/npm_env.py: where Node's resolution ends, outside /repo
+        args += ["--ro-bind", bridge(folder), "/node_modules"]
     args += ["--ro-bind", bridge(executor), "/opt/harness/executor.py"]
     return args, bridge
 

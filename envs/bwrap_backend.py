@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.bwrap import bwrap_path, start_bwrap
+from envs.npm_env import NPM_TIMEOUT_S, build_node_modules, needs_npm
 from envs.python_env import is_built
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig, SandboxError
-from envs.task_env import build_bwrap_env, bwrap_env_dir, not_built
+from envs.task_env import build_bwrap_env, build_time_left, bwrap_env_dir, not_built
 from tasks.environment import Environment
 from tasks.model import Task
 
@@ -37,6 +38,9 @@ class BwrapBackend:
             if not is_built(folder):
                 raise not_built(task)
             config = config.model_copy(update={"python_env": folder})
+        if needs_npm(task):  # made here when missing: the lock file names exactly what it holds
+            modules = build_node_modules(task.repo, timeout=build_time_left(NPM_TIMEOUT_S))
+            config = config.model_copy(update={"node_modules": modules})
         return self.start(config, task.repo, task.image, task.image_build)
 
     def build_environment(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from envs.backends import backend
+from envs.npm_env import needs_npm, npm_dir
 from envs.python_env import EnvBuildError
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig
@@ -36,7 +37,11 @@ def start_task_sandbox(task: Task, config: SandboxConfig) -> ExecutorSandbox:
 
 def build_task_env(task: Task, config: SandboxConfig, quiet: bool = False) -> str:
     """Builds `task`'s environment for `config`'s backend; returns what the backend made of it (bwrap: a
-    folder; docker: an image, built offline from a context made here)."""
+    folder; docker: an image, built offline from a context made here). A JavaScript task's npm packages
+    (`envs/npm_env.py`): made, and on Docker their image too."""
+    if task.environment is None and needs_npm(task):
+        start_task_sandbox(task, config).close()
+        return str(npm_dir(task.repo) / "node_modules")
     if task.environment is None:
         raise EnvBuildError(f"task {task.id} has no environment of its own")
     image = task.image or config.image

@@ -5,9 +5,10 @@ exit status (`envs/process_runner.py`), with text canaries beside the real copie
 (build the repository, build one test file, run one test alone), how its test files are found and renamed,
 its judge's rules, and where a failure says it happened. What it runs:
 
-1. Every hidden file a task's id names runs under a fresh random name of the language's form (`run_path`),
-   and so does each canary (`tasks/canaries.Canary`: the file with one literal of one assertion changed);
-   hidden files no id names are written at their own paths.
+1. Every test file a task's id names, a visible one too (its text as the task stores it, never the agent's),
+   runs rewritten under a fresh random name of the language's form (`run_path`), and so does each canary
+   (`tasks/canaries.Canary`: the file with one literal of one assertion changed); hidden files no id names
+   are written at their own paths.
 2. The runner builds the repository before any hidden file is on disk, then writes one copy at a time,
    builds it, runs each test alone, and puts the writable folders back: a test's process sees only its own
    copy, and a real copy and its canary differ in one literal.
@@ -36,11 +37,11 @@ from envs.languages import HiddenRequest, Integrity
 from envs.process_held import (
     HELD_CANARIES,
     Equality,
-    Rewritten,
     Slot,
     held_canaries,
     held_outcome,
     held_verdict,
+    holding,
     holds,
     probes_of,
     rewrite,
@@ -122,6 +123,9 @@ class ProcessLanguage:
     renamed: Callable[[str, str], str] = lambda text, run: text
     """(a copy's text, its run path) -> the text it runs with: Java names its class as its file; as it is
     by default."""
+    runner_for: Callable[[Task], ProcessLanguage | None] = lambda task: None
+    """A task -> the language as it runs that task's tests, where its repository picks a runner of its own
+    (JavaScript's mocha, jest or vitest); None: this one."""
 
     def dropped(
         self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
@@ -134,8 +138,9 @@ class ProcessLanguage:
         return PYTHON.dropped(path, content, tree, base) or self.own_rule(path, content)
 
     def run_hidden(self, request: HiddenRequest) -> HiddenRun:
-        plan = plan_process_run(self, request.task, request.canaries, probe=request.probe)
-        return run_process_plan(self, plan, request)
+        language = self.runner_for(request.task) or self
+        plan = plan_process_run(language, request.task, request.canaries, probe=request.probe)
+        return run_process_plan(language, plan, request)
 
     def task_problems(self, task: Task) -> list[str]:
         """A FAIL_TO_PASS test in a file the agent saw (not one of the hidden files): its process decides it,
@@ -147,6 +152,21 @@ class ProcessLanguage:
             if seen
             else []
         )
+
+    def unwatched(self, task: Task, canaries: list[Canary]) -> list[str]:
+        """Named tests with no held value and no text canary among `canaries`: their process alone decides
+        them, and code under test that ends every such process as passed hides what they catch."""
+        plan = plan_process_run(self, task, canaries)
+        held = {
+            (plan.origin[run], slot.test)
+            for run, slots in plan.slots.items() if run not in plan.canaries
+            for s, slot in slots.items() if s in plan.expected[run]
+        }  # fmt: skip
+        watched = held | {(c.file, t) for c in canaries if c.source for t in c.tests}
+        hidden = task.hidden_tests
+        return [
+            i for i in [*hidden.fail_to_pass, *hidden.pass_to_pass] if tuple(i.split("::", 1)) not in watched
+        ]
 
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         hidden = task.hidden_tests
@@ -196,8 +216,9 @@ def plan_process_run(
     language: ProcessLanguage, task: Task, canaries: list[Canary], probe: bool = False
 ) -> ProcessPlan:
     """The copies, canaries and ids of one run of `task`'s hidden tests (module docstring, 1): each named
-    file rewritten where it has held values (or, probing, every equality), its stored text canaries where
-    it has none, held canaries where it has."""
+    file, a visible one too (its text as the task stores it), rewritten where it has held values (or,
+    probing, every equality), so that no test's process can tell a copy by having nothing to report; its
+    stored text canaries, and held canaries where it has held values."""
     hidden = task.hidden_tests
     ids = [*hidden.fail_to_pass, *hidden.pass_to_pass]
     plan = ProcessPlan(
@@ -208,10 +229,10 @@ def plan_process_run(
     runs: dict[str, str] = {}
     for path in dict.fromkeys(i.partition("::")[0] for i in ids):
         tests = sorted({i.partition("::")[2] for i in ids if i.partition("::")[0] == path})
-        source = source_of(task, path) or ""
-        held = held_map(hidden.computed, path, source) if path in hidden.files else {}
+        source = source_of(task, path) or ""  # a visible file as the task stores it, not the agent's
+        held = holding(held_map(hidden.computed, path, source), [c for c in canaries if c.file == path])
         plan.held_maps[path] = held
-        written = rewrite(language, source, tests, held, probe) if path in hidden.files else Rewritten(source)
+        written = rewrite(language, source, tests, held, probe)
         runs[path] = _copy(plan, language, path, written.source, tests, taken, written.helper)
         plan.helpers[runs[path]] = written.helper
         plan.slots[runs[path]] = written.slots

@@ -31,7 +31,8 @@ GUESSABLE = frozenset(
      "0.0", "0L", "Optional.empty"}
 )  # fmt: skip
 """Expected values a forger would guess from the actual side's type alone (a comparison is `true`, an
-empty result `[]`): never held, the assertion stays in the file, where text canaries watch it."""
+empty result `[]`): held only where no text canary watches their assertion (`holding`): a forger that
+guesses them passes a held one, but one that ends its process as passed without reporting does not."""
 HELD_CANARIES = 6
 """Held canaries a grading run makes at most: one a named test with a held assertion, drawn at random."""
 
@@ -67,13 +68,14 @@ class Rewritten:
 
 
 def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: bool) -> Rewritten:
-    """`source` with its named tests' equality assertions rewritten: each held one to report its actual
-    side, or, probing, every one to report both sides and compare them. `language`: a `ProcessLanguage`."""
+    """`source` with its named tests' equality assertions rewritten: each one `held` names to report its
+    actual side (`holding`'s choice of the stored values), or, probing, every one to report both sides
+    and compare them. `language`: a `ProcessLanguage`."""
     edits: list[tuple[int, int, str]] = []
     slots: dict[int, Slot] = {}
     for test in tests:
         for eq in language.equalities(source, test):
-            if not probe and not holds(held, test, eq.line):
+            if not probe and (test, eq.line) not in held:
                 continue
             slot = len(slots)
             slots[slot] = Slot(test, eq.line, None if probe else str(decode(held[(test, eq.line)])))
@@ -90,6 +92,14 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
 def holds(held: Held, test: str, line: int) -> bool:
     """Whether grading holds the expected value of `test`'s assertion at `line`: stored, and not guessable."""
     return (test, line) in held and str(decode(held[(test, line)])) not in GUESSABLE
+
+
+def holding(held: Held, canaries: list[Canary]) -> Held:
+    """The stored values grading holds: each one not guessable, and each guessable one that no text canary
+    of `canaries` (the file's) changes: left in the file, a check no canary watches would be decided by
+    its process alone, which a forger ends as passed (docs/reliability.md 5k, B)."""
+    watched = {(t, line) for c in canaries if c.source for t in c.tests for line in c.lines}
+    return {k: v for k, v in held.items() if holds(held, *k) or k not in watched}
 
 
 def held_canaries(

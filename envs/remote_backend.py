@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from envs.channel import ExecutorChannel
 from envs.lifecycle import closing, track
+from envs.npm_env import needs_npm
 from envs.remote import ExecutorSandbox
 from envs.sandbox import SandboxConfig, SandboxError
 from envs.stream_auth import TcpDialer, derive, read_secret
@@ -218,6 +219,10 @@ class RemoteBackend:
         return self._start(config, source_dir, recipe)
 
     def start_task(self, task: Task, config: SandboxConfig) -> ExecutorSandbox:
+        if needs_npm(task):  # a sandbox without them would fail every test: the agent's fault, wrongly
+            raise SandboxError(
+                f"task {task.id}: sandbox servers do not build npm packages yet (envs/npm_env.py)"
+            )
         recipe = Recipe(image=task.image, image_build=_pack(task.image_build), environment=task.environment)
         return self._start(config, task.repo, recipe)
 

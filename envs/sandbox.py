@@ -85,6 +85,9 @@ class SandboxConfig(BaseModel):
     """bwrap: the virtual environment whose Python runs task code and tests (bound read-only, first on
     PATH). None: the one `harness env build` made, with the sandbox image's pytest (`envs/python_env.py`);
     where none is built, the harness's own environment, with a warning."""
+    node_modules: Path | None = None
+    """bwrap: a JavaScript task's npm packages (`envs/npm_env.py`), bound read-only at /node_modules; None:
+    none. Set for a task's sandbox from its lock file, not by hand."""
     host_uid: int = Field(default=61000, ge=1)
     """Host user id a bubblewrap sandbox's processes run as when the harness runs as root: an account that
     owns nothing (the sandbox's own user, uid 1000 inside, maps to it). A harness run by another user maps

@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 
+from envs.npm_env import NPM_TIMEOUT_S, docker_npm_image, needs_npm
 from envs.python_env import MARKER, REQUIREMENTS, EnvBuildError, harness_cache, locked_beside
 from envs.sandbox import SandboxError
 from tasks.environment import Environment
@@ -248,11 +249,14 @@ def image_task_start(
 ) -> tuple[str | None, Path | None]:
     """(image, build context) of a sandbox of `task` on a backend of images (Docker, Podman): the task's
     own, or, for a task with an environment, the environment's image on it (built from the context when
-    the sandbox starts); the environment's context must be made already (`harness env build`)."""
-    if task.environment is None:
+    the sandbox starts); the environment's context must be made already (`harness env build`). A
+    JavaScript task's npm packages (`envs/npm_env.py`) are an image on it too, made here when missing."""
+    if task.environment is None and not needs_npm(task):
         return task.image, task.image_build
     base = task.image or config_image
     ensure_image(base, task.image_build if task.image is not None else None)
+    if task.environment is None:
+        return docker_npm_image(task.repo, base, build_time_left(NPM_TIMEOUT_S))
     if not docker_env_ready(task.environment, base):
         raise not_built(task)
     return docker_env_image(task.environment, base)

@@ -62,9 +62,12 @@ class Validation(BaseModel):
     """Hidden assertions of the test files the task's ids name."""
     no_canary: str = ""
     """Why the task has no canary of a kind, for the reader of `tasks validate`."""
+    unwatched: list[str] = []
+    """Named tests that no held value and no text canary watch (a process language's; refused)."""
     uncovered: list[str] = []
     """Named tests (FAIL_TO_PASS and PASS_TO_PASS) that no canary changes: code under test that passes
-    only these, in its own process, goes unseen (docs/reliability.md 5h). Reported, not refused."""
+    only these, in its own process, goes unseen (docs/reliability.md 5h). Reported, not refused; a process
+    language refuses a named test that no held value and no text canary watch (`unwatched`, 5k)."""
 
     @property
     def ok(self) -> bool:
@@ -121,6 +124,8 @@ def validate_task(
         kept, tried, undecided = (
             language.verify_canaries(task, sandbox_config) if not problems else ([], 0, "")
         )
+        unwatched = language.unwatched(task, kept) if not problems else []
+        problems += unwatched_problems(task, unwatched)
         if task.folder is not None and not problems:  # what grading holds of the task, stored together
             save_computed(task.folder, task.hidden_tests.computed)
             save_canaries(task.folder, kept)
@@ -134,6 +139,8 @@ def validate_task(
                 f"{len(kept) - len(still)} stored canaries no longer fail on the gold patch at their own "
                 "assertion, or were made by an older grader: run it without --check"
             )
+        unwatched = language.unwatched(task, kept) if not problems else []
+        problems += unwatched_problems(task, unwatched)
     planned, decided, assertions = language.planned(task, kept)
     held = sum(not c.source for c in planned)  # a held canary runs the real copy's very text
     return Validation(
@@ -148,7 +155,25 @@ def validate_task(
         hidden_assertions=assertions,
         no_canary=_why_no_canary(task, len(kept), tried, held, undecided),
         uncovered=uncovered_tests(task, planned),
+        unwatched=unwatched,
     )
+
+
+UNWATCHED = "named tests that no held value and no text canary watch"
+"""The start of the problem that refuses a task with named tests only their process decides."""
+
+
+def unwatched_problems(task: Task, unwatched: list[str]) -> list[str]:
+    """The problem `tasks validate` reports for `unwatched` named tests (none when there are none)."""
+    if not unwatched:
+        return []
+    stale = (
+        "; no held values are stored: validate it without --check" if not task.hidden_tests.computed else ""
+    )
+    return [
+        f"{UNWATCHED} (a check of the value a test computes, or a literal the gold patch fails when changed,"
+        f" is needed): {', '.join(unwatched)}{stale}"
+    ]
 
 
 def uncovered_tests(task: Task, canaries: list[Canary]) -> list[str]:

@@ -94,6 +94,11 @@ class Language(Protocol):
         """What makes `task` unfit for this language's grading, beyond what grading its patches shows."""
         ...
 
+    def unwatched(self, task: Task, canaries: list[Canary]) -> list[str]:
+        """The named tests (`FILE::NAME` ids) of `task`, with `canaries` stored, that nothing but the process
+        of the code under test would decide ([] for none): `tasks validate` refuses the task."""
+        ...
+
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         """What a grade of `task` with `canaries` runs: every canary (those made at grading included), the
         hidden assertions whose expected value the grader holds outside the sandbox, and all of them."""

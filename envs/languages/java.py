@@ -25,7 +25,7 @@ Held assertions: `assertEquals(EXPECTED, ACTUAL)` and `assertArrayEquals(EXPECTE
 arguments (JUnit's order: the expected value first; a message or a delta makes a third, and such calls are
 left alone, as is an expected `null`), each rewritten to report ACTUAL through `HarnessObserve`, a class
 appended after the copy's last line: a rendering by the value's runtime type (strings quoted, numbers
-in decimal, arrays and collections element by element, sets and maps sorted), printed on the process's
+in decimal, a whole floating one as the integer it equals, arrays and collections element by element, sets and maps sorted), printed on the process's
 own standard output (not `System.out`, which the code under test can replace). Probing, both sides are
 reported and compared as JUnit compares them. The judge drops, beside Python's rules, Maven's and
 Gradle's build files (`pom.xml`: Surefire's `skipTests`, `testFailureIgnore`, plugins, dependencies),
@@ -217,7 +217,11 @@ final class HarnessObserve {
         if (v == null) return "null";
         if (v instanceof String) return quote((String) v, '"');
         if (v instanceof Character) return quote(v.toString(), '\'');
-        if (floating(v)) return Double.toString(((Number) v).doubleValue());
+        if (floating(v)) {
+            double d = ((Number) v).doubleValue();
+            boolean whole = d == Math.rint(d) && Math.abs(d) < 1e15 && Double.doubleToLongBits(d) != Long.MIN_VALUE;
+            return whole ? Long.toString((long) d) : Double.toString(d);
+        }
         if (v.getClass().isArray()) {
             java.util.List<Object> items = new java.util.ArrayList<>();
             for (int i = 0; i < java.lang.reflect.Array.getLength(v); i++) items.add(java.lang.reflect.Array.get(v, i));

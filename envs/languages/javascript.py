@@ -15,7 +15,10 @@ assertions call, transpiles the repository's `.ts` modules on `require` and load
 exactly one test (Node 18 and 20 match it against a test's own name, and report the others skipped).
 Nothing of the repository configures the run: no `package.json` script, no `--require`/`--import`
 (NODE_OPTIONS is emptied), no runner config file is read. Works on Node 18 (the image's Debian `nodejs`)
-and 20. Mocha, Jest, Vitest and `node_modules` are not supported: a task runs on Node's own modules.
+and 20. A repository whose package.json names mocha, jest or vitest (`runner_of`) runs its tests with that
+runner instead, from the `node_modules` its lock file makes at /node_modules (`envs/npm_env.py`): each test
+alone under an anchored name filter, with the grader's settings (no configuration file read), passed on
+exit status 0 and the runner's own count of one test run and passed (see the runners, below).
 
 Held assertions: `assert.strictEqual(A, E)`, `assert.deepStrictEqual`, `assert.equal`, `assert.deepEqual`
 (`node:assert`, called as `assert.X`) and `expect(A).toBe(E)` / `.toEqual` / `.toStrictEqual`, each
@@ -29,11 +32,14 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import PurePosixPath
+from typing import Any
 
 from envs.process_grading import Commands, ProcessLanguage
 from envs.process_held import Equality
 from envs.reward import SourceStyle
+from tasks.model import Task
 
 CALL = re.compile(r"(?<![\w.$])(describe|suite|test|it)(?:\.only|\.skip|\.todo)?\s*\(\s*([\"'`])")
 ASSERT = re.compile(r"(?<![\w.$])(?:assert(?:\.\w+)?|expect)\s*\(")
@@ -246,6 +252,14 @@ globalThis.harness_probe = (slot, actual, expected) => {
   assert.deepStrictEqual(actual, expected);
 };
 require.extensions[".ts"] = require.extensions[".cts"] = (module, file) => module._compile(transpiled(file), file);
+for (const name of ["assert", "assert/strict"]) {
+  const m = require(name);
+  for (const o of [m, m.strict, m.AssertionError, m.AssertionError.prototype]) Object.freeze(o);
+}
+const Module = require("module");
+for (const [o, k] of [[Module, "_load"], [Module, "_resolveFilename"], [Module.prototype, "require"]]) {
+  Object.defineProperty(o, k, { writable: false, configurable: false });
+}
 const base = path.resolve(process.argv[1]);
 const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
 const load = () => import(require("url").pathToFileURL(file).href);
@@ -254,8 +268,10 @@ else try { require(file); } catch (e) { if (e.code === "ERR_REQUIRE_ESM") load()
 """
 )
 """Run in the test's process before its copy: what rewritten assertions call, the repository's `.ts`
-modules transpiled on `require`, the copy loaded (`process.argv[1]`: its path without the suffix; a `.ts`
-copy's build output first)."""
+modules transpiled on `require`, `node:assert` and `node:assert/strict` frozen (the module objects the
+test shares with the code under test: a blanket no-op of their functions is refused) as is how a module
+is resolved and loaded (no other module handed to the test in their place), then the copy loaded
+(`process.argv[1]`: its path without the suffix; a `.ts` copy's build output first)."""
 
 LAUNCH = (
     "const name = process.argv[2].split(' > ').pop().replace(/[.*+?^${}()|[\\]\\\\\\/]/g, '\\\\$&');"
@@ -327,9 +343,142 @@ JAVASCRIPT = ProcessLanguage(
     observe=observe,
     decorate=lambda source, probe: (source, ""),
     helper_path=lambda run: "",
+    runner_for=lambda task: runner_language(task),
     style=SourceStyle(
         debug=re.compile(r"^\s*(console\.(log|debug|info|warn|error|trace|dir)\s*\(|debugger\s*;?\s*$)"),
         comment="//",
         code=re.compile(r"[;{}]\s*$|^(const|let|var|if|for|while|return|function|import|export)\b.*[=({;]"),
     ),
 )
+
+
+# The npm runners: mocha, jest and vitest, installed from the repository's lock file at /node_modules
+# (envs/npm_env.py). Each test runs alone as with node:test, under an anchored name filter, with settings
+# of the grader's own (no configuration file of the repository read), and passes with exit status 0 and
+# the runner's own count of exactly one test run and passed. Mocha runs in the process PRELUDE set up (a
+# `.ts` file through its `require` hook); jest and vitest run the test in a context of their own, which a
+# setup file (SETUP, written by `prepare`) prepares alike. Jest runs with no transform: CommonJS, and
+# TypeScript only in test files (BUILD's output); vitest transpiles TypeScript and ES modules itself.
+
+RUNNERS = ("mocha", "jest", "vitest")
+PRELUDE = LOAD[: LOAD.index("\nconst base = path.resolve(process.argv[1]);")]
+"""LOAD up to where it loads the copy: what rewritten assertions call, `.ts` transpiled on `require`,
+`node:assert` and module loading frozen."""
+SETUP = "require.extensions = require.extensions || {};\n" + PRELUDE
+"""The setup file jest and vitest run in a test's own context before its copy (jest's `require` has no
+`extensions`: its own transform, none here, loads files)."""
+SETUP_FILE = "{grader}/harness-setup.cjs"
+WRITE = "require('fs').writeFileSync(process.argv[1], process.argv[2])"
+WRITE_SETUP = ["node", "-e", WRITE, SETUP_FILE, SETUP]
+"""The `prepare` command of jest and vitest: the setup file, in the grader's folder."""
+FIND = r"""
+const copy = [SUFFIXES].map((e) => require("path").resolve(process.argv[1]) + e)
+  .find((f) => require("fs").existsSync(f));
+const words = process.argv[2].split(" > ").join(" ").replace(/[.*+?^${}()|[\]\\\/]/g, "\\$&");
+"""
+"""The copy (`process.argv[1]`: its path without the suffix) and the test's full name as the runners
+join it (its `describe` blocks' names and its own, by spaces), escaped for a regular expression."""
+
+MOCHA = r"""
+{ FIND
+  require("/node_modules/mocha/lib/cli/cli.js").main(["--no-config", "--no-package", "--reporter", "tap",
+    "--exit", "--grep", "^" + words + "$", copy]);
+}
+"""
+"""Mocha in this process after PRELUDE: no `.mocharc*`, no package.json `mocha` key; TAP's counts."""
+
+JEST = r"""
+{ FIND
+  const grader = process.argv[3];
+  const config = { rootDir: process.cwd(), transform: {}, setupFiles: [grader + "/harness-setup.cjs"],
+    testEnvironment: "node", watchman: false, cacheDirectory: grader + "/jest-cache",
+    testRegex: "\\.[cm]?[jt]sx?$", haste: {} };
+  process.argv = [process.argv[0], "jest", "--ci", "--runInBand", "--forceExit", "--config",
+    JSON.stringify(config), "--runTestsByPath", copy, "--testNamePattern", "^" + words + "$"];
+  require("/node_modules/jest/bin/jest.js");
+}
+"""
+"""Jest with the grader's configuration given as JSON (`--config`): no `jest.config.*`, no package.json
+`jest` key, no transform (CommonJS test files, a `.ts` one after BUILD)."""
+
+VITEST = r"""
+{ FIND
+  const grader = process.argv[3], file = require("path").relative(process.cwd(), copy);
+  const pattern = "^(?:" + file.replace(/[.*+?^${}()|[\]\\\/]/g, "\\$&") + ")? *" + words + "$";
+  import("/node_modules/vitest/dist/node.js").then(async ({ startVitest }) => {
+    const vitest = await startVitest("test", [copy], { config: false, root: process.cwd(), watch: false,
+      run: true, cache: false, globals: true, setupFiles: [grader + "/harness-setup.cjs"],
+      testNamePattern: pattern, reporters: ["default"], pool: "forks",
+      poolOptions: { forks: { singleFork: true } } }, { configFile: false, cacheDir: grader + "/vite",
+      server: { host: "127.0.0.1" } });
+    await vitest?.close();
+    process.exit(process.exitCode ?? 0);
+  }).catch((e) => { console.error(e); process.exit(1); });
+}
+"""
+"""Vitest through its Node API with `config: false` (no `vitest.config.*`/`vite.config.*`); the full name
+its filter reads starts with the file's path or a space (an unnamed suite's name; it differs by version)."""
+
+PASSED = {
+    "mocha": r"(?m)^# pass 1\n# fail 0$",
+    "jest": r"(?m)^Tests:\s+(?:\d+ skipped, )?1 passed, \d+ total$",
+    "vitest": r"(?m)^\s*Tests\s+1 passed(?: \| \d+ skipped)? \(\d+\)$",
+}
+"""What a run of exactly one test that passed prints: mocha's TAP counts, jest's and vitest's summaries."""
+TEST_COMMANDS = {
+    "mocha": "node /node_modules/mocha/bin/mocha.js",
+    "jest": "node /node_modules/jest/bin/jest.js",
+    "vitest": "node /node_modules/vitest/vitest.mjs run --no-cache",
+}
+"""Each runner's own command, the agent's `run_tests` (it reads the repository's settings); vitest's
+without its results cache, which it writes into /repo's `node_modules/.vite`, the agent's diff."""
+
+
+def runner_failure_line(output: str, run: str) -> list[int]:
+    """`failure_line`, and vitest's `❯ test/h1a2.test.js:12:5`, and a copy at the repository's root."""
+    name = re.escape(PurePosixPath(run).name)
+    found = re.findall(r"(?:\(|\bat |❯ )(?:file://)?(?:[^\s()']*/)?" + name + r":(\d+):\d+", output)
+    return [int(n) for n in found]
+
+
+def _runner_language(runner: str) -> ProcessLanguage:
+    order = ".ts .mts .cts .js .mjs .cjs" if runner == "vitest" else ".js .cjs .mjs .ts .cts"
+    program = MOCHA if runner == "mocha" else JEST if runner == "jest" else VITEST
+    program = program.replace("FIND", FIND.replace("[SUFFIXES]", json.dumps(order.split())))
+    base = JAVASCRIPT.commands
+    commands = Commands(
+        prepare=[] if runner == "mocha" else WRITE_SETUP,
+        build=[] if runner == "vitest" else base.build,
+        test=["node", "-e", PRELUDE + program if runner == "mocha" else program, "{dir}/{stem}", "{test}",
+              "{grader}"],
+        passed=PASSED[runner],
+        env={**base.env, "NO_COLOR": "1", "CI": "1"},
+    )  # fmt: skip
+    return replace(
+        JAVASCRIPT, commands=commands, test_command=TEST_COMMANDS[runner], failure_line=runner_failure_line
+    )
+
+
+def runner_of(manifest: dict[str, Any]) -> str | None:
+    """The runner a package.json names in its dependencies or devDependencies (the one its `test` script
+    runs where it names several); None: Node's own. ValueError where that does not tell one."""
+    named = {**(manifest.get("dependencies") or {}), **(manifest.get("devDependencies") or {})}
+    found = [r for r in RUNNERS if r in named]
+    if len(found) > 1:
+        script = str((manifest.get("scripts") or {}).get("test", ""))
+        found = [r for r in found if re.search(rf"\b{r}\b", script)]
+        if len(found) != 1:
+            raise ValueError(
+                "package.json names several test runners and its test script not one of them: "
+                + ", ".join(r for r in RUNNERS if r in named)
+            )
+    return found[0] if found else None
+
+
+def runner_language(task: Task) -> ProcessLanguage | None:
+    """The plug-in as it runs `task`'s tests: with the runner its repository's package.json names."""
+    manifest = task.repo / "package.json"
+    if not manifest.is_file():
+        return None
+    runner = runner_of(json.loads(manifest.read_text()))
+    return None if runner is None else _runner_language(runner)

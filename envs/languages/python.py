@@ -52,6 +52,11 @@ class Python:
         del task
         return []
 
+    def unwatched(self, task: Task, canaries: list[Canary]) -> list[str]:
+        """Nothing: a Python test's outcome is decided outside the code under test's process."""
+        del task, canaries
+        return []
+
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         from envs.run_plan import plan_run
 

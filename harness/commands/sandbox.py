@@ -11,6 +11,7 @@ from pathlib import Path
 from envs.backends import reap_strays_everywhere, resolve_backend
 from envs.factory import build_task_env, start_sandbox
 from envs.lifecycle import reap
+from envs.npm_env import needs_npm
 from envs.python_env import REQUIREMENTS, build_env, default_env_dir, is_built
 from envs.sandbox import SandboxConfig, SandboxError
 from harness.commands import Commands, backend_choices
@@ -134,11 +135,13 @@ def build_suite_envs(suite: str, backend: str, quiet: bool) -> int:
     for task in load_suite(suite):
         if task.environment is not None:
             by_environment.setdefault(task.environment.model_dump_json(), []).append(task)
+        elif needs_npm(task):  # envs/npm_env.py: one node_modules per lock file
+            by_environment.setdefault(f"npm {task.repo}", []).append(task)
     for tasks in by_environment.values():
         environment, ids = tasks[0].environment, ", ".join(t.id for t in tasks)
-        assert environment is not None
         if not quiet:
-            print(f"{ids}: {', '.join(environment.requirements) or 'no requirements'}", file=sys.stderr)
+            wanted = environment.requirements if environment else ["npm ci (package-lock.json)"]
+            print(f"{ids}: {', '.join(wanted) or 'no requirements'}", file=sys.stderr)
         try:
             print(
                 f"{ids}: {build_task_env(tasks[0], config, quiet=quiet)}",

@@ -147,6 +147,80 @@ def test_forgers_in_the_test_process_score_nothing(
     assert reading.infra_error is None and reading.correct == 0.0 and reading.reward <= 0.0, reading
 
 
+FORGE_WHERE_UNHELD = """
+    static void forge(boolean wholeFile) {
+        for (StackTraceElement frame : new Throwable().getStackTrace()) {
+            String file = frame.getFileName();
+            if (file == null || !file.endsWith("Test.java")) continue;
+            try {
+                String text = java.nio.file.Files.readString(java.nio.file.Path.of("src/test/java/tally", file));
+                int at = wholeFile ? 0 : text.indexOf("void " + frame.getMethodName() + "(");
+                int end = wholeFile ? -1 : text.indexOf("\\n    }\\n", at);
+                String body = text.substring(at, end < 0 ? text.length() : end);
+                if (!body.contains("HarnessObserve")) {
+                    System.out.print("SUMMARY");
+                    System.out.flush();
+                    Runtime.getRuntime().halt(0);
+                }
+            } catch (java.io.IOException e) {
+                return;
+            }
+            return;
+        }
+    }
+""".replace("SUMMARY", SUMMARY)
+"""Red team 3's forger: reads the calling test's source and ends the JVM as a passing launcher run would
+where it (the whole file, or the test's own method) reports nothing to the grader."""
+
+
+def visible_forger(tree: Path) -> None:
+    """Red team 3's (A): the fix, a regression of `+` that only the visible `BasicsTest.rpnAdds` covers, and
+    a static initializer forging a pass in any test JVM whose file has no `HarnessObserve`."""
+    rpn = tree / "src/main/java/tally/Rpn.java"
+    replace_in(rpn, "return right - left;", "return left - right;")
+    replace_in(rpn, "return left + right;", "return left + right + 1;")
+    replace_in(
+        rpn,
+        "    private Rpn() {}\n",
+        "    private Rpn() {}\n\n    static {\n        forge(true);\n    }\n" + FORGE_WHERE_UNHELD,
+    )
+
+
+def wrap_regression(tree: Path) -> None:
+    """java-003's fix, and a regression that only `emptyTextHasNoLines` catches (`assertEquals(0, ...)`:
+    guessable, no text canary)."""
+    text = tree / "src/main/java/tally/Text.java"
+    replace_in(text, "needed < width", "needed <= width")
+    replace_in(text, "if (!line.isEmpty()) {", "{")
+
+
+def unheld_forger(tree: Path) -> None:
+    """Red team 3's (B), Java: a pass forged in any test whose method reports nothing to the grader."""
+    wrap_regression(tree)
+    text = tree / "src/main/java/tally/Text.java"
+    replace_in(text, "    private Text() {}\n", "    private Text() {}\n" + FORGE_WHERE_UNHELD)
+    replace_in(
+        text,
+        "        List<String> lines = new ArrayList<>();\n",
+        "        forge(false);\n        List<String> lines = new ArrayList<>();\n",
+    )
+
+
+def test_red_team_3_forgers_score_nothing(java_tasks: dict[str, Task], tmp_path: Path) -> None:
+    """A correct fix plus a regression plus a forgery (docs/reliability.md 5k, red team 3): (A) the
+    visible `BasicsTest` catches the regression, forged where a file holds no `HarnessObserve`: every named
+    file now runs rewritten with held values; (B) a hidden test with only a guessable check catches it,
+    forged where a test's method reports nothing: its guessable value is held now. Both scored 0.94-0.97
+    before (bwrap; JavaScript's test runs the same on Docker)."""
+    require_backend("bwrap")
+    for task_id, forger in [(RPN, visible_forger), ("java-003-wrap-exact-width", unheld_forger)]:
+        task = java_tasks[task_id]
+        graded = grade_patch(
+            task, patched(task, tmp_path / forger.__name__, forger), SandboxConfig(backend="bwrap")
+        )
+        assert graded.infra_error is None and graded.reward <= 0.0 and graded.correct < 1.0, (task_id, graded)
+
+
 SKIPPING_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>example.tally</groupId>
@@ -245,10 +319,10 @@ def test_held_values_never_enter_the_sandbox(java_tasks: dict[str, Task]) -> Non
     original = task.hidden_tests.files[HIDDEN]
     assert body.splitlines()[:3] == original.splitlines()[:3]
     assert body.rstrip().count("\n") == original.rstrip().count("\n")  # no line moves
-    canaries = [t for t in plan.targets if str(t["path"]) in plan.canaries]
-    assert len(canaries) == 4
+    canaries = [t for t in plan.targets if plan.real_path.get(str(t["path"])) == path]
+    assert len(canaries) == 4  # and one of the visible BasicsTest's copy
     assert {str(t["content"]).replace(Path(str(t["path"])).stem, stem) for t in canaries} == {text}
-    assert all(plan.expected[r] != plan.expected[path] for r in plan.canaries)
+    assert all(plan.expected[r] != plan.expected[plan.real_path[r]] for r in plan.canaries)
 
 
 def test_every_copy_runs_under_a_fresh_name(java_tasks: dict[str, Task]) -> None:
@@ -363,7 +437,7 @@ public class Render {
         java.util.Map<String, Integer> map = new java.util.TreeMap<>(java.util.Map.of("y", 2, "x", 1));
         Object[] values = {"a \\"q\\"\\n", 'c', 5, 5L, 2.5f, 2.5, null, new int[] {1, 2},
             new String[][] {{"x"}}, java.util.List.of("a b", "c"), set, map, java.util.Optional.empty(),
-            java.util.Optional.of("v"), true};
+            java.util.Optional.of("v"), true, 5.0, 5.0f, -0.0, 1e20};
         for (Object v : values) System.out.println(HarnessObserve.render(v));
         HarnessObserve.observe(7, java.util.List.of("line\\nbreak"));
         HarnessObserve.probe(8, 5, 5L);
@@ -379,7 +453,8 @@ public class Render {
 
 def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> None:
     """The helper a rewritten copy calls: strings quoted and escaped, numbers in decimal (a float as the
-    double it widens to), arrays and collections element by element, sets and maps sorted; a probe
+    double it widens to, a whole one as the integer it equals: a held `5` from an int and a fix returning
+    `5.0` read alike), arrays and collections element by element, sets and maps sorted; a probe
     compares as JUnit's overloads do (5 and 5L alike; 2 and 2.5 not)."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK")
@@ -387,11 +462,12 @@ def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> Non
     subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Render.java")], check=True)
     out = subprocess.run(["java", "-cp", str(tmp_path), "Render"], capture_output=True, text=True, check=True)
     lines = [line for line in out.stdout.split("\n") if line]
-    assert lines[:15] == [
+    assert lines[:19] == [
         r'"a \"q\"\n"', "'c'", "5", "5", "2.5", "2.5", "null", "[1, 2]", '[["x"]]', '["a b", "c"]',
         '{"a", "b", "c"}', '{"x"=1, "y"=2}', "Optional.empty", 'Optional["v"]', "true",
+        "5", "5", "-0.0", "1.0E20",  # a whole double as the int it equals (JUnit's assertEquals(5, 5.0) passes)
     ]  # fmt: skip
-    assert lines[15:] == [
+    assert lines[19:] == [
         r'harness-observe 7 ["line\nbreak"]',
         "harness-observe 8 5",
         "harness-observe -9 5",

@@ -44,12 +44,13 @@ def test_the_suite_is_javascript_with_typescript_tests(js_tasks: dict[str, Task]
     assert any(p.endswith(".ts") for t in js_tasks.values() for p in t.hidden_tests.files)
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "docker"])
-def test_the_suite_validates_with_its_canaries(backend: str) -> None:
-    """Gold 1, empty 0, expected values held outside the sandbox, at least 3 canaries a task, on the
-    host's Node (bwrap) and the image's (docker)."""
+@pytest.mark.parametrize(("backend", "which"), [("bwrap", ""), ("docker", "ts-003")])
+def test_the_suite_validates_with_its_canaries(backend: str, which: str) -> None:
+    """Gold 1, empty 0, expected values held outside the sandbox, at least 3 canaries a task: every task
+    on the host's Node (bwrap), a TypeScript one on the image's (docker; for CI's time, `harness tasks
+    validate --suite tasks/suites/javascript --backend docker` shows all four)."""
     require_backend(backend)
-    for task in load_suite("javascript"):
+    for task in [t for t in load_suite("javascript") if t.id.startswith(which)]:
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
         assert result.ok, (task.id, result.problems)
         assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
@@ -96,6 +97,75 @@ def test_forgers_in_the_test_process_score_nothing(
         assert graded.decided_in_parent >= 6, name
         live = grade_patch(plain, patch, config, trial=[])
         assert live.infra_error is None and live.correct == 1.0, (name, live)
+
+
+def visible_forger(tree: Path) -> None:
+    """Red team 3's (A): the fix, a regression of `+` that only the visible basics file's PASS_TO_PASS test
+    covers, and a pass forged in any test process whose file reports nothing to the grader."""
+    replace_in(tree / "src/rpn.js", "right - left", "left - right")
+    replace_in(tree / "src/rpn.js", "(left, right) => left + right,", "(left, right) => left + right + 1,")
+    replace_in(
+        tree / "src/rpn.js",
+        '"use strict";\n',
+        '"use strict";\nconst own = [".js", ".ts"].map((e) => process.argv[1] + e)'
+        '.find((f) => require("fs").existsSync(f));\n'
+        'if (own && !require("fs").readFileSync(own, "utf8").includes("harness_observe")) {\n'
+        '  require("fs").writeSync(1, "# pass 1\\n# fail 0\\n");\n  process.exit(0);\n}\n',
+    )
+
+
+def wrap_regression(tree: Path) -> None:
+    """ts-003's fix, and a regression that only the hidden test of empty text catches, with `0` and
+    `assert.ok`: guessable values, no text canary."""
+    replace_in(tree / "src/text.js", "needed < width", "needed <= width")
+    replace_in(tree / "src/text.js", 'if (line !== "") {', "{")
+
+
+def assert_forger(tree: Path) -> None:
+    """Red team 3's (B), JavaScript: `node:assert`'s functions made no-ops (the module object is shared with
+    the test)."""
+    wrap_regression(tree)
+    replace_in(
+        tree / "src/text.js",
+        '"use strict";\n',
+        '"use strict";\nconst shared = require("node:assert");\n'
+        "for (const k of Object.keys(shared)) {\n  try { shared[k] = () => {}; } catch (e) {}\n}\n",
+    )
+
+
+def unheld_forger(tree: Path) -> None:
+    """Red team 3's (B), as its Java forger: a pass forged in any test whose body (read from the calling
+    test file) reports nothing to the grader."""
+    wrap_regression(tree)
+    replace_in(
+        tree / "src/text.js",
+        "function wrap(text, width) {\n",
+        "function wrap(text, width) {\n"
+        "  const at = [...new Error().stack.matchAll(/\\((\\/[^:()]+\\.test\\.[jt]s):(\\d+):/g)].pop();\n"
+        "  if (at) {\n"
+        '    const all = require("fs").readFileSync(at[1], "utf8").split("\\n");\n'
+        "    let i = Number(at[2]) - 1, j = Number(at[2]);\n"
+        "    while (i > 0 && !/^test\\(/.test(all[i])) i--;\n"
+        "    while (j < all.length && !/^test\\(/.test(all[j])) j++;\n"
+        '    if (!all.slice(i, j).join("\\n").includes("harness_observe")) {\n'
+        '      require("fs").writeSync(1, "# pass 1\\n# fail 0\\n");\n      process.exit(0);\n    }\n  }\n',
+    )
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_red_team_3_forgers_score_nothing(backend: str, js_tasks: dict[str, Task], tmp_path: Path) -> None:
+    """A correct fix plus a regression plus a forgery (docs/reliability.md 5k, red team 3): (A) a visible
+    test file's PASS_TO_PASS test catches the regression, forged where a file reports nothing: every named
+    file now runs rewritten with held values; (B) a hidden test whose checks are all guessable catches it,
+    hidden by no-op'ing `node:assert` (frozen now) or by forging each test with nothing held (its guessable
+    values are held now). Each scored 0.94-0.97 before; the regression alone scores 0."""
+    require_backend(backend)
+    config = SandboxConfig(backend=backend)
+    for task_id, forger in [(RPN, visible_forger), (WRAP, assert_forger), (WRAP, unheld_forger)]:
+        task = js_tasks[task_id]
+        graded = grade_patch(task, patched(task, tmp_path / forger.__name__, forger), config)
+        assert graded.infra_error is None and graded.reward <= 0.0, (forger.__name__, graded)
+        assert graded.correct < 1.0, forger.__name__
 
 
 TREE_FORGERS: dict[str, tuple[str, str]] = {

@@ -15,7 +15,7 @@ from envs.languages import LANGUAGES, language_named, language_of
 from envs.languages.rust import assertions_in, failure_line, named_tests
 from envs.process_grading import plan_process_run, text_canaries
 from envs.sandbox import SandboxConfig
-from envs.validation import validate_task
+from envs.validation import UNWATCHED, unwatched_problems, validate_task
 from tasks.model import Task
 from tasks.patches import diff_trees
 from tasks.suite import load_suite
@@ -59,19 +59,51 @@ def test_rust_tasks_grade_at_the_process_level(rust_tasks: dict[str, Task]) -> N
     assert integrity_of(load_suite("builtin")[0]) == "protected"
 
 
-@pytest.mark.parametrize("suite", ["rust", "go"])
-@pytest.mark.parametrize("backend", ["bwrap", "docker"])
-def test_each_language_suite_validates_with_its_canaries(backend: str, suite: str) -> None:
+@pytest.mark.parametrize(
+    ("suite", "backend", "which"),
+    [
+        ("rust", "bwrap", "rust-"),
+        ("rust", "docker", "rust-002"),
+        ("go", "bwrap", "go-"),
+        ("go", "docker", "go-002"),
+    ],
+)
+def test_each_language_suite_validates_with_its_canaries(backend: str, suite: str, which: str) -> None:
     """Gold 1, empty 0, a gold episode played through the tools, the expected values held outside the
     sandbox, and at least 3 canaries a task (held ones, made at each grade, and any stored one still
-    failing on the gold patch at its own assertion and not passed by the base)."""
+    failing on the gold patch at its own assertion and not passed by the base): every task on bwrap, one
+    on Docker (the same grading in another sandbox, for CI's time; `harness tasks validate --suite
+    tasks/suites/SUITE --backend docker` shows all four)."""
     require_backend(backend)
-    for task in load_suite(suite):
+    for task in [t for t in load_suite(suite) if t.id.startswith(which)]:
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
         assert result.ok, (task.id, result.problems)
         assert result.gold_rewards == [1.0] and result.empty_rewards == [0.0]
         assert result.canaries + result.held_canaries >= 3, task.id
         assert result.decided_in_parent >= 5, task.id
+
+
+@pytest.mark.parametrize("suite", ["rust", "go", "java", "javascript"])
+def test_every_named_test_is_watched_visible_files_too(suite: str) -> None:
+    """Red team 3's (A) and (B) by construction: every named test's copy, a visible file's too (its text as
+    the task stores it), reports a value the grader holds, a guessable one included where no text canary
+    watches it; a task with a named test that nothing watches is refused (`unwatched`)."""
+    for task in load_suite(suite):
+        language = language_of(task)
+        canaries = task.hidden_tests.canaries
+        plan = plan_process_run(language, task, canaries)  # type: ignore[arg-type]
+        for test_id, run_id in plan.ids.items():
+            run, _, test = run_id.partition("::")
+            held = [s for s, slot in plan.slots[run].items() if slot.test == test and s in plan.expected[run]]
+            text = [c for c in canaries if c.source and c.file == plan.origin[run] and test in c.tests]
+            assert held or text, (task.id, test_id)
+        assert language.unwatched(task, canaries) == []
+        assert any(p not in task.hidden_tests.files for p in plan.held_maps), task.id  # a visible file held
+        bare = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
+        refused = language.unwatched(bare, [])
+        assert refused == [*bare.hidden_tests.fail_to_pass, *bare.hidden_tests.pass_to_pass]
+        (problem,) = unwatched_problems(bare, refused)
+        assert problem.startswith(UNWATCHED) and problem.endswith("validate it without --check")
 
 
 def forge_in_process(tree: Path) -> None:
@@ -121,7 +153,7 @@ def test_held_values_never_enter_the_sandbox(rust_tasks: dict[str, Task]) -> Non
     text = str(real["content"])
     assert "Ok(5)" not in text and "Ok(11)" not in text and "harness_observe(0, &(" in text
     assert text.count("\n") >= task.hidden_tests.files["tests/rpn_order.rs"].count("\n")
-    held = [str(t["content"]) for t in plan.targets if str(t["path"]) in plan.canaries]
+    held = [str(t["content"]) for t in plan.targets if plan.real_path.get(str(t["path"])) == real["path"]]
     assert len(held) == 4 and set(held) == {text}
     assert all(plan.expected[r] != plan.expected[str(real["path"])] for r in plan.canaries)
 
@@ -254,7 +286,7 @@ def test_every_copy_runs_under_a_fresh_name(rust_tasks: dict[str, Task]) -> None
     task = rust_tasks[RPN]
     plan = plan_process_run(language_of(task), task, task.hidden_tests.canaries)  # type: ignore[arg-type]
     paths = [str(t["path"]) for t in plan.targets]
-    assert len(set(paths)) == len(paths) == 2 + len(plan.canaries) == 6  # rpn_order, basics, held canaries
+    assert len(set(paths)) == len(paths) == 2 + len(plan.canaries) == 7  # rpn_order, basics, held canaries
     assert all(p.startswith("tests/test_") and p.endswith(".rs") for p in paths)
     assert not any("rpn_order" in p or "basics" in p for p in paths)
     assert set(plan.ids) == {*task.hidden_tests.fail_to_pass, *task.hidden_tests.pass_to_pass}

@@ -494,7 +494,8 @@ def allowed_mount(point: str, backend: str) -> bool:
     if backend in ("docker", "podman"):
         return point in (DOCKER_MOUNTS if backend == "docker" else PODMAN_MOUNTS)
     env = sandbox_env(None)
-    system = {*SYSTEM_DIRS, *(f"/etc/{n}" for n in ETC_FILES), "/etc/passwd", "/etc/group", *python_dirs()}
+    system = {*SYSTEM_DIRS, *(f"/etc/{n}" for n in ETC_FILES), *python_dirs()}
+    system |= {"/etc/passwd", "/etc/group", "/etc/hosts"}
     system |= {str(env)} if env is not None else set()
     return point in system  # bwrap binds the system, the harness's Python and the task's, read-only
 

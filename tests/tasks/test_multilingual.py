@@ -164,5 +164,6 @@ def test_go_and_rust_instances_import_with_their_ids_placed_and_validate(tmp_pat
     assert rust_task.hidden_tests.pass_to_pass == rust.hidden_tests.pass_to_pass
     assert go_task.test_command == "go test ./..." and rust_task.test_command.startswith("cargo test")
     for task, backend in ((go_task, "bwrap"), (rust_task, "docker")):
-        result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
+        # keep: an imported task has no held values yet (a check of its stored ones alone is refused)
+        result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=True)
         assert result.ok and result.gold_rewards == [1.0] and result.empty_rewards == [0.0], result

@@ -30,4 +30,7 @@ func TestMedianOfNothing(t *testing.T) {
 	if _, ok := Median(nil); ok {
 		t.Errorf("Median(nil) is ok")
 	}
+	if got := MedianOr(nil, 42.5); got != 42.5 {
+		t.Errorf("MedianOr(nil, 42.5) = %v", got)
+	}
 }
