@@ -131,7 +131,8 @@ def print_import(report: ImportReport, as_json: bool) -> int:
 
 def add_synth_command(tasks_sub: Commands) -> None:
     p = tasks_sub.add_parser(
-        "synth", help="make bug-fix tasks from a Python repository with a pytest suite, by mutation"
+        "synth",
+        help="make bug-fix tasks by mutation from a Python repository with a pytest suite (or --language)",
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--repo", type=Path, help="the repository folder")
@@ -157,6 +158,12 @@ def add_synth_command(tasks_sub: Commands) -> None:
         default=2,
         help="sandboxes side by side for tracing, trials and validation (default 2; the same tasks at any)",
     )
+    p.add_argument(
+        "--language",
+        default=None,
+        help="the repository's language: python (default; pytest) or one whose tests are programs and whose "
+        "source synthesis can mutate (javascript: node:test files, TypeScript included; measured by its grader)",
+    )
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_tasks_synth)
 
@@ -165,6 +172,8 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
     from envs.synthesis import synthesize_suite
     from tasks.synth import SynthConfig, Trial, fetch_sdist
 
+    if args.language not in (None, "python"):
+        return cmd_tasks_synth_programs(args)
     repo = args.repo if args.pypi is None else fetch_sdist(args.pypi)
     name = args.name or (args.pypi.split("==")[0] if args.pypi else None)
     config = SynthConfig.model_validate(
@@ -210,6 +219,46 @@ def cmd_tasks_synth(args: argparse.Namespace) -> int:
     for task_id, problems in report.rejected.items():
         print(f"removed {task_id}: {'; '.join(problems)}")
     print(f"environment: {report.environment_read}")
+    return 0 if report.tasks else 1
+
+
+def cmd_tasks_synth_programs(args: argparse.Namespace) -> int:
+    """`harness tasks synth --language L` for a language whose tests are programs (`envs/synthesis_programs.py`)."""
+    from envs.synthesis_programs import synthesize_programs
+    from tasks.synth import SynthConfig
+    from tasks.synth_programs import ProgramTrial
+
+    if args.pypi is not None:
+        raise SystemExit(
+            f"harness tasks synth: --pypi is for Python; give --repo for --language {args.language}"
+        )
+    fields = {"repo": args.repo, "out": args.out, "n": args.n, "seed": args.seed, "name": args.name}
+    fields |= {"max_tries": args.max_tries, "per_function": args.per_function}
+    config = SynthConfig.model_validate({**fields, "baseline_timeout_s": args.baseline_timeout})
+    sandbox = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})
+
+    def show(trial: ProgramTrial) -> None:
+        if not args.json:
+            where = f"{trial.path}:{trial.line} {trial.function}"
+            print(f"{trial.operator:<18} {where}: {trial.verdict}", file=sys.stderr)
+
+    report = synthesize_programs(config, sandbox, args.language, not args.no_validate, show)
+    if args.json:
+        extra = {"tried": report.tried, "tasks_per_minute": report.tasks_per_minute}
+        print(json.dumps({**report.model_dump(mode="json"), **extra}, indent=1))
+        return 0 if report.tasks else 1
+    for task in report.tasks:
+        where = f"{task.path}:{task.line} {task.function}"
+        print(
+            f"{task.id}: {task.operator} at {where}, {task.fail_to_pass} FAIL_TO_PASS, {task.pass_to_pass} PASS_TO_PASS"
+        )
+    verdicts = ", ".join(f"{v} {k}" for k, v in sorted(report.verdicts().items()))
+    print(
+        f"{report.tried} mutations tried of {report.candidates} ({verdicts or 'none'}); {len(report.tasks)} tasks "
+        f"in {report.suite} in {report.duration_s:.0f} s on {sandbox.backend}: {report.tasks_per_minute:.1f} tasks/min"
+    )
+    for task_id, problems in report.rejected.items():
+        print(f"removed {task_id}: {'; '.join(problems)}")
     return 0 if report.tasks else 1
 
 
