@@ -54,7 +54,8 @@ PACKAGE_FILES = frozenset(
      ".npmrc", ".yarnrc", ".yarnrc.yml", ".pnpmfile.cjs", ".babelrc", ".nvmrc", ".node-version"}
 )  # fmt: skip
 CONFIG = re.compile(
-    r"^(jest|vitest|vite|babel|ava|karma|playwright|cypress)\.config\.|^\.mocharc|^tsconfig.*\.json$"
+    r"^(jest|vitest|vite|babel|ava|karma|playwright|cypress)\.config\.|^vitest\.(workspace|projects)\."
+    r"|^\.mocharc|^tsconfig.*\.json$"
     r"|^jsconfig.*\.json$|^\.babelrc|^\.swcrc$"
 )
 ARTEFACTS = (".map", ".tsbuildinfo", ".node", ".wasm", ".o", ".so")
@@ -310,6 +311,8 @@ def own_rule(path: str, content: bytes | None) -> str | None:
         return "a package or test runner setting (changes what the tests load or how they run)"
     if "node_modules" in parts[:-1]:
         return "an installed package (changes what the tests load)"
+    if "__mocks__" in parts[:-1]:  # jest loads a root __mocks__/ file in place of the package it names
+        return "a module mock (changes what the tests load)"
     if any(p in OUTPUT_DIRS for p in parts[:-1]) or parts[-1].endswith(ARTEFACTS):
         return "a compiled or generated artefact"
     return None

@@ -342,3 +342,16 @@ def test_the_simplicity_term_reads_javascript(js_tasks: dict[str, Task]) -> None
     )
     found = simplicity(patch, task.gold_patch, {}, {}, RewardConfig(), language_of(task).style)
     assert len(found.debug_lines) == 2 and found.commented_code_lines == ["  // stack.push(left - right);"]
+
+
+def test_runner_settings_the_red_team_found_are_dropped() -> None:
+    """Red team 4: vitest 1.6 reads `vitest.workspace.*` (and `vitest.projects.*`) even with `config:
+    false`, in its main process, which then decides the summary; jest loads a root `__mocks__/` file in
+    place of the package it names. Both are dropped from the agent's tree; its own code is not."""
+    from envs.languages.javascript import own_rule
+
+    for path in ("vitest.workspace.js", "vitest.workspace.json", "vitest.projects.ts", "__mocks__/fs.js",
+                 "src/__mocks__/calc.js"):  # fmt: skip
+        assert own_rule(path, b"") is not None, path
+    for path in ("src/calc.js", "src/workspace.js", "test/vitest.js"):
+        assert own_rule(path, b"") is None, path
