@@ -25,7 +25,6 @@ grader itself, as `envs/mining_programs.py` measures a commit.
 from __future__ import annotations
 
 import importlib
-import random
 import re
 import shutil
 import tempfile
@@ -48,7 +47,7 @@ from tasks.model import HiddenTests, Limits, Task
 from tasks.mutations_js import OPERATORS, JsMutation
 from tasks.patches import diff_trees
 from tasks.suite import TaskFile, load_task
-from tasks.synth import SKIPPED_DIRS, SynthConfig, SynthError, copy_repository
+from tasks.synth import SKIPPED_DIRS, SynthConfig, SynthError, copy_repository, round_robin
 from tasks.synth_programs import (
     BROKE_BUILD,
     MUTATORS,
@@ -165,12 +164,7 @@ def candidates(repo: Path, language: ProcessLanguage, seed: int) -> list[JsMutat
             if result not in seen:
                 seen.add(result)
                 by_operator[mutation.operator].append(mutation)
-    rng = random.Random(seed)
-    queues = []
-    for op in OPERATORS:
-        rng.shuffle(by_operator[op])
-        queues.append(by_operator[op])
-    return [q[i] for i in range(max((len(q) for q in queues), default=0)) for q in queues if i < len(q)]
+    return round_robin(by_operator, OPERATORS, seed)
 
 
 class Measure:

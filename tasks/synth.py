@@ -38,11 +38,11 @@ import tarfile
 import time
 import zipfile
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from queue import Queue
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -426,12 +426,22 @@ def candidates(repo: Path, baseline: Baseline, seed: int) -> list[Mutation]:
             if digest not in seen:
                 seen.add(digest)
                 by_operator[mutation.operator].append(mutation)
+    return round_robin(by_operator, OPERATORS, seed)
+
+
+K = TypeVar("K")
+M = TypeVar("M")
+
+
+def round_robin(by_operator: Mapping[K, list[M]], operators: Sequence[K], seed: int) -> list[M]:
+    """Each operator's candidates shuffled with `seed` (in `operators`' order, one generator), then taken
+    one from each operator in turn, so that no operator's many sites crowd out the others'."""
     rng = random.Random(seed)
     queues = []
-    for op in OPERATORS:
+    for op in operators:
         rng.shuffle(by_operator[op])
         queues.append(by_operator[op])
-    order: list[Mutation] = []
+    order: list[M] = []
     for i in range(max((len(q) for q in queues), default=0)):
         order.extend(q[i] for q in queues if i < len(q))
     return order
