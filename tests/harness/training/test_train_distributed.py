@@ -217,3 +217,52 @@ def test_under_torchrun_rank_0_rolls_out_asynchronously_or_on_ray_workers(
     if how == "ray":  # rank 0 drove 2 workers, which drew what one process draws in-process
         assert f"rollouts on 2 Ray workers, cluster {address}" in proc.stderr
         assert generated(run.rollout.out) == generated(one_process)
+
+
+@pytest.mark.timeout(300)
+def test_hints_a_learnability_teacher_and_turn_credit_under_fsdp_train_as_one_process(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """Issue 39's settings under FSDP with two processes: hint rollouts (their student rows scored and
+    gated by the learner's sharded model), `teacher_training: learnability` (the teacher's group, trained
+    with its weight: its rows have no line in learner.jsonl, the weights show them) and `turn_weight`, on
+    the scripted run whose group fails whole and whose first hint succeeds. The run equals the one-process
+    run: the same rollouts, advantages per row and per token, learner log-probs, teacher metrics and
+    weights within AdamW's noise."""
+    from tests.harness.training.test_hints import scripted_config
+
+    credit = {
+        "hint_rollouts": 2,
+        "teacher_training": "learnability",
+        "teacher_weight": 0.5,
+        "turn_weight": 0.5,
+    }
+    one = scripted_config(tmp_path / "one", tiny_model_path, credit)
+    train(one)
+    run = scripted_config(tmp_path / "fsdp", tiny_model_path, credit)
+    run = run.model_copy(
+        update={"device": "cpu", "learner": run.learner.model_copy(update={"parallel": "fsdp"})}
+    )
+    proc = torchrun(run, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert generated(run.rollout.out) == generated(one.rollout.out)
+    key = lambda x: (x["step"], x["trajectory_id"], x["segment"])  # noqa: E731
+    got = {key(x): x for x in lines(run.rollout.out / "learner.jsonl")}
+    want = {key(x): x for x in lines(one.rollout.out / "learner.jsonl")}
+    assert got.keys() == want.keys() and any(k[1].endswith(".hint/0") for k in got)  # the success imitated
+    for k, line in got.items():
+        assert line["advantage"] == pytest.approx(want[k]["advantage"], abs=1e-4), k
+        dense, expected = line["token_advantages"], want[k]["token_advantages"]
+        assert (dense is None) == (expected is None), k
+        if dense is not None:
+            assert dense == pytest.approx(expected, abs=1e-4), k
+        pairs = zip(line["learner_logprobs"], want[k]["learner_logprobs"], strict=True)
+        assert max(abs(a - b) for a, b in pairs) < 1e-4, k
+    (metrics,) = lines(run.rollout.out / "metrics.jsonl")
+    (reference,) = lines(one.rollout.out / "metrics.jsonl")
+    for name in ("teacher_rows", "teacher_learnability_mean", "hint_success_rate", "turn_credit_share"):
+        assert metrics[name] == pytest.approx(reference[name], abs=1e-4), name
+    assert metrics["teacher_rows"] == 2 and metrics["hint_success_rate"] == 0.5
+    a, b = weights(run.rollout.out), weights(one.rollout.out)
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-4, name
