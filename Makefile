@@ -46,7 +46,7 @@ lint: setup
 # then the `serial` ones alone; both parts run even when the first fails.
 WORKERS ?= 2
 test: setup image lint
-	$(BIN)/pytest -q --durations=15 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"; \
+	$(BIN)/pytest -q --durations=60 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"; \
 	  parallel=$$?; $(BIN)/pytest -q --durations=5 -m serial; serial=$$?; \
 	  [ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 

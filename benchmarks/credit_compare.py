@@ -1,6 +1,8 @@
-"""Plain GRPO beside OPSD, hint rollouts and a learnability-trained teacher on the demo, per seed (issue 39).
+"""Plain GRPO beside OPSD, hint rollouts, a learnability-trained teacher and critiques on the demo, per seed
+(issue 39).
 
-    .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2] [--arms grpo,opsd,mixed,hints,teacher]
+    .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2]
+        [--arms grpo,opsd,mixed,hints,teacher,critique,local]
         [--json PATH] [KEY=VALUE ...]
 
 Each (seed, arm) runs `harness demo` (`harness/training/train_demo.py`; KEY=VALUE overrides its settings,
@@ -17,8 +19,11 @@ Arms:
 - hints: `credit.hint_rollouts: 2` (groups that all failed get two rollouts with the header);
 - teacher: the hints arm with `credit.teacher_training: learnability` (the hint rollouts are also the
   teacher's own GRPO groups, rewarded success x learnability; their tokens are the hints arm's).
+- critique: `credit.critique: 2` (ECHO: two critiques of each group's first failed rollout by the policy,
+  each starting a refined rollout; the critic and the refined rollouts trained in the same step);
+- local: `credit.critique: 2, critique_mode: local` (each critique the teacher of the turn it names).
 
-Hint rollouts sample more tokens than the others, so each arm is read at plain GRPO's sampled-token budget
+Hint rollouts, critiques and refined rollouts sample more tokens than the others, so each arm is read at plain GRPO's sampled-token budget
 of the same seed: the training pass rate of the last two steps within that budget, and the first step
 whose training pass rate reaches plain GRPO's final one. The evaluation after the last step is printed as
 well (hints may have spent more than the budget by then). Printed: each seed's row, then each arm's mean
@@ -50,7 +55,11 @@ ARMS = {
     "mixed": CreditConfig(mode="outcome*opsd"),
     "hints": CreditConfig(hint_rollouts=2),
     "teacher": CreditConfig(hint_rollouts=2, teacher_training="learnability"),
+    "critique": CreditConfig(critique=2),
+    "local": CreditConfig(critique=2, critique_mode="local"),
 }
+EXTRA_TOKENS = ("hint_tokens_generated", "critique_tokens_generated", "critique_refined_tokens_generated")
+"""Tokens a step samples besides its groups' rollouts: hint rollouts, critiques, refined rollouts."""
 console = Console(width=max(Console().width, 120))
 
 
@@ -61,7 +70,7 @@ class ArmRun:
     pass_rates: list[float]
     """The training pass rate of each GRPO step."""
     tokens: list[float]
-    """Tokens sampled in each step, hint rollouts included."""
+    """Tokens sampled in each step, hint rollouts, critiques and refined rollouts included."""
     step_seconds: list[float]
     """Each step's rollout and learner time (the hint rollouts are part of the rollout time)."""
     credit_seconds: list[float]
@@ -87,7 +96,7 @@ def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path, warm: Pa
     return ArmRun(
         seed=seed, arm=arm,
         pass_rates=[line["pass_rate"] for line in lines],
-        tokens=[line["tokens_generated"] + line.get("hint_tokens_generated", 0.0) for line in lines],
+        tokens=[line["tokens_generated"] + sum(line.get(key, 0.0) for key in EXTRA_TOKENS) for line in lines],
         step_seconds=[line["time_rollout_s"] + line["time_learn_s"] for line in lines],
         credit_seconds=[line.get("time_credit_s", 0.0) for line in lines],
         hint_rollouts=sum(line.get("hint_rollouts", 0.0) for line in lines),

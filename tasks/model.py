@@ -17,6 +17,9 @@ LANGUAGE = r"^[a-z][a-z0-9_+-]*$"
 HINT_SUFFIX = ".hint"
 """Ends the id of a hint task: a task with its privileged context in its statement, whose rollouts train
 as learnable successes (harness/training/hints.py) and never leave the run in an export."""
+CRITIQUE_SUFFIX = ".critique"
+"""Ends the id of a refined task: a task with a critique of a failed rollout in its statement
+(harness/training/critique.py); exports leave its rollouts out unless asked."""
 
 
 class Limits(BaseModel):

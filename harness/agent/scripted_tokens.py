@@ -84,6 +84,11 @@ class ScriptedTokens:
     def _text(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
 
+    @staticmethod
+    def _opening(task: Task) -> str:
+        """How `task.prompt()` opens: its title and statement."""
+        return f"# {task.title}\n\n{task.problem_statement.strip()}\n\n"
+
     def read(self, prompt_ids: list[int]) -> Reading:
         """The episode's state from the ids so far: each assistant message opens with `opening`; a
         segment after a summary starts from the step the summary recorded."""
@@ -92,6 +97,8 @@ class ScriptedTokens:
         if len(chunks) < 2 or chunks[-1]:
             raise ValueError("the prompt does not end where an assistant message starts")
         task = next((t for t in self.tasks if t.prompt() in chunks[0]), None)
+        if task is None:  # a refined task (harness/training/critique.py): the statement, then a critique
+            task = next((t for t in self.tasks if self._opening(t) in chunks[0]), None)
         if task is None:
             raise ValueError("the prompt holds none of the tasks' statements")
         marks = STEP_MARK.findall(chunks[0])

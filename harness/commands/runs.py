@@ -85,6 +85,9 @@ def add_commands(sub: Commands) -> None:
     p.add_argument("--out", type=Path, default=None, help="the file to write (default: RUN/export/...)")
     add_selection(p)
     p.add_argument("--suite", default=None, help="the run's task suite, if it moved since the run")
+    p.add_argument(
+        "--refined", action="store_true", help="also the refined rollouts of credit.critique (jsonl, parquet)"
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser(
@@ -229,7 +232,7 @@ def reexecute_selected(args: argparse.Namespace, chosen: Selection) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from harness.inspection.export import export
 
-    result = export(args.run, args.format, selection(args), args.out, args.suite)
+    result = export(args.run, args.format, selection(args), args.out, args.suite, args.refined)
     print(f"wrote {result.rows} rows ({result.trajectories} trajectories) to {result.path}")
     for note in result.notes:
         print(f"harness: {note}", file=sys.stderr)

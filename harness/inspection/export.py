@@ -29,7 +29,7 @@ from harness.inspection.runs import RunError, Selection, load_setup, load_tasks,
 from harness.rollouts.store import write_atomic
 from policies.chat_format import assistant_text
 from summarizer import request_message, resume_messages
-from tasks.model import HINT_SUFFIX, Task
+from tasks.model import CRITIQUE_SUFFIX, HINT_SUFFIX, Task
 from tools import Toolbox, ToolsConfig
 
 ExportFormat = Literal["jsonl", "parquet", "sft", "sft-tools"]
@@ -245,13 +245,23 @@ def write_parquet(path: Path, rows: Sequence[ExportRow]) -> None:
 
 
 def export(
-    root: Path, fmt: ExportFormat, selection: Selection, out: Path | None = None, suite: str | None = None
+    root: Path,
+    fmt: ExportFormat,
+    selection: Selection,
+    out: Path | None = None,
+    suite: str | None = None,
+    refined: bool = False,
 ) -> ExportResult:
-    """Writes the selected trajectories of the run at `root` in `fmt`; by default to root/export/."""
+    """Writes the selected trajectories of the run at `root` in `fmt`; by default to root/export/. The
+    refined rollouts of `credit.critique` (a critique in their statement) only with `refined`."""
     run = read_run(open_run(root))
     # Hint rollouts (credit.hint_rollouts) had the task's privileged context in their prompt: they are
     # not the student's trajectories, and the reference fix must not leave the run through an export.
-    trajectories = [t for t in select(run, selection) if not t.task_id.endswith(HINT_SUFFIX)]
+    trajectories = [
+        t
+        for t in select(run, selection)
+        if not t.task_id.endswith(HINT_SUFFIX) and (refined or not t.task_id.endswith(CRITIQUE_SUFFIX))
+    ]
     if not trajectories:
         raise RunError(f"nothing to export: no trajectory of {root} matches the filters")
     path = out or root / "export" / FILE_NAMES[fmt]

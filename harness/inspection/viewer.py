@@ -43,7 +43,7 @@ from harness.inspection.runs import Selection, advantages
 from harness.rollouts.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
 from harness.training.grpo import group_advantages
 from harness.training.turn_credit import trajectory_bonuses
-from tasks.model import HINT_SUFFIX
+from tasks.model import CRITIQUE_SUFFIX, HINT_SUFFIX
 
 STATIC = Path(__file__).with_name("viewer_static")
 HOST = "127.0.0.1"
@@ -122,6 +122,8 @@ class TrajectoryRow(_Out):
     tokens: int
     hint: bool = False
     """A hint rollout (credit.hint_rollouts): its task's statement held the privileged context."""
+    refined: bool = False
+    """A refined rollout (credit.critique): its task's statement held a critique of a failed rollout."""
 
 
 class Filters(Selection):
@@ -411,6 +413,7 @@ def trajectory_row(
         summaries=len(t.summaries),
         tokens=t.metrics.total_tokens,
         hint=t.task_id.endswith(HINT_SUFFIX),
+        refined=t.task_id.endswith(CRITIQUE_SUFFIX),
     )
 
 

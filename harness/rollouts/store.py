@@ -28,6 +28,7 @@ from pydantic_core import PydanticSerializationError
 from harness.agent.trajectory import Trajectory
 
 LEARNER_FILE = "learner.jsonl"
+CRITIQUES_FILE = "critiques.jsonl"
 
 
 class SegmentAdvantage(BaseModel):
@@ -47,6 +48,26 @@ class SegmentAdvantage(BaseModel):
     token_advantages: list[float] | None = None
     """With dense credit: the advantage each model-produced token was trained with, in order; None when
     every token had `advantage`."""
+
+
+class CritiqueLine(BaseModel):
+    """One line of a training run's critiques.jsonl (`credit.critique`): a critique of a failed rollout,
+    as the critic sampled it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    step: int
+    failed_id: str
+    """The failed rollout the critic read."""
+    index: int
+    """j of that rollout's k critiques."""
+    text: str
+    """The critique as a refined task's statement (or the inserted message) holds it."""
+    ids: list[int]
+    logprobs: list[float]
+    """The sampler's log-prob of each of `ids`."""
+    refined_id: str | None = None
+    """The refined rollout it started; None with `critique_mode: local`."""
 
 
 class RunFileError(ValueError):
@@ -91,6 +112,7 @@ class RunStore:
         self.trajectories_path = root / "trajectories.jsonl"
         self.metrics_path = root / "metrics.jsonl"
         self.learner_path = root / LEARNER_FILE
+        self.critiques_path = root / CRITIQUES_FILE
 
     def own_trajectories(self) -> list[Trajectory]:
         """The trajectories the run file holds, a torn last line aside; RunFileError when a line is not one

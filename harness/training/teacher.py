@@ -149,6 +149,26 @@ class CreditConfig(BaseModel):
     above `spike_cap` takes off its log-learnability (one nat of mean surprisal takes off the same).
     1 is ours: the paper's constant is not known here."""
 
+    critique: int = Field(default=0, ge=0)
+    """Critique-refinement (ECHO, issue 39 item 2; `harness/training/critique.py`): for a failed rollout, the
+    policy in a critic role reads what the environment showed (its tool calls, their observations, the final
+    diff; never the grade, hidden tests or gold patch) and writes this many critiques; each starts a refined
+    rollout with the critique in the task's statement (task id `TASK.critique`). The critique's tokens get
+    the group-relative refinement gain over the k critiques, the refined rollouts their own group
+    advantage; both in the same learner step, outside every plain group's baseline. 0 turns it off; else
+    at least 2 with `critique_mode: refine` (a group of one has no baseline)."""
+    critique_mode: Literal["refine", "local"] = "refine"
+    """`refine`: the critique track above. `local` (Composer 2.5's targeted textual feedback): no refined
+    rollout; each critique is inserted, as a user message, just before the turn it names (`Turn N`), and the
+    current policy with it there is the teacher of that turn's tokens alone: their advantage is
+    `beta` x the gap log p_T - log p_S clipped to +-`clip` (OPSD's signal, `beta` decayed by `decay_steps`),
+    over the k critiques of a rollout, in a row of its own; the critic's tokens are not trained."""
+    critique_per_group: int = Field(default=1, ge=1)
+    """`critique`: at most this many failed rollouts of each group are critiqued (lowest sample index
+    first); each costs `critique` critiques and as many refined rollouts."""
+    critique_tokens: int = Field(default=256, ge=1)
+    """`critique`: the most tokens one critique may have (it is cut there)."""
+
     turn_weight: float = Field(default=0.0, ge=0)
     """Turn-level credit from the agent's own `run_tests` results (`harness/training/turn_credit.py`): a
     turn that changed files gets its share of the change in the visible tests' pass rate that the next
@@ -163,6 +183,15 @@ class CreditConfig(BaseModel):
             raise ValueError(
                 "credit.teacher_training compares the teacher's rollouts within a group: it needs"
                 f" credit.hint_rollouts of at least 2, got {self.hint_rollouts}"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _critique_groups(self) -> CreditConfig:
+        if self.critique == 1 and self.critique_mode == "refine":
+            raise ValueError(
+                "credit.critique compares the critiques of one failed rollout within a group: it needs 2 or"
+                " more (0 turns it off), got 1"
             )
         return self
 

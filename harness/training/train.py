@@ -27,6 +27,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
@@ -38,9 +39,16 @@ from envs.grading import refuse_unprotected
 from harness.agent.scripted_tokens import ScriptedTokens
 from harness.agent.trajectory import Trajectory
 from harness.rollouts.config import RolloutConfig, host_concurrency, nest_rollout
-from harness.rollouts.episode import Rollouts, SandboxPool
+from harness.rollouts.episode import Rollouts, SandboxPool, episode_seed
 from harness.rollouts.local import LocalRollouts, last_tries, resume_jobs, select
-from harness.rollouts.store import RunStore, SegmentAdvantage, append_line, read_lines, write_atomic
+from harness.rollouts.store import (
+    CritiqueLine,
+    RunStore,
+    SegmentAdvantage,
+    append_line,
+    read_lines,
+    write_atomic,
+)
 from harness.training import distributed
 from harness.training.async_rollouts import AsyncRollouts, Handoff, fresh_groups
 from harness.training.checkpoint import (
@@ -49,7 +57,19 @@ from harness.training.checkpoint import (
     optimizer_state,
     save_checkpoint,
 )
-from harness.training.credit import privileged_header
+from harness.training.credit import dense_weight, privileged_header
+from harness.training.critique import (
+    Critique,
+    Critiqued,
+    LocalScoring,
+    critique_rows,
+    local_rows,
+    refined_job,
+    refined_sample,
+    refined_task,
+    sample_critiques,
+    to_critique,
+)
 from harness.training.distributed import Processes
 from harness.training.hints import Hinted, failed_groups, hint_rows, hint_task, teacher_rows
 from harness.training.learner import Learner, LearnerConfig, Row, rows_from_trajectories
@@ -72,13 +92,15 @@ from policies.cpu_threads import async_sampler_threads, cpu_threads, host_cores
 from policies.hf import HFPolicy
 from policies.spec import parse_spec
 from policies.tito import ReloadEndpoint, TitoPolicy
-from tasks.model import Task
+from tasks.model import CRITIQUE_SUFFIX, Task
 from tasks.suite import TaskError, load_suite
 
 if TYPE_CHECKING:
     from harness.rollouts.cluster import ClusterRollouts
 
 
+CRITIC_THREADS = 16
+"""Failed rollouts whose critiques are sampled at once (each of their k critiques too)."""
 ROLLOUT_KEYS = (
     "suite", "tasks", "group_size", "concurrency", "seed", "out",
     "loop", "sampling", "summary", "sandbox", "reward", "reuse_grades", "cluster", "tools",
@@ -220,6 +242,8 @@ class TrainConfig(BaseModel):
     def _hints_in_step(self) -> TrainConfig:
         if self.credit.hint_rollouts and self.mode != "sync":
             raise ValueError("credit.hint_rollouts samples within the step: it needs mode: sync")
+        if self.credit.critique and self.mode != "sync":
+            raise ValueError("credit.critique samples within the step: it needs mode: sync")
         return self
 
     @model_validator(mode="after")
@@ -276,6 +300,7 @@ def stream_blocker(config: TrainConfig, world: int = 1) -> str | None:
         ),
         "dense credit cannot (it scores the batch's rows together)": config.credit.mode != "outcome",
         "hint rollouts cannot (they follow the groups that all failed)": config.credit.hint_rollouts > 0,
+        "critiques cannot (they follow the step's failed rollouts)": config.credit.critique > 0,
     }
     return next((why for why, blocks in blockers.items() if blocks), None)
 
@@ -400,12 +425,15 @@ def _learn_whole(run: TrainingRun, step: int) -> LearnedStep:
     turned, turn_stats = _turn_credit(run, credit.rows, batch.trained)
     credit = replace(credit, rows=turned, metrics=credit.metrics | turn_stats)
     hinted = run.hints(step, batch.trained)  # learnable successes for groups that all failed, if asked for
+    critiqued = run.critiques(step, batch.trained)  # critiques of failed rollouts and their refinements
     rows = credit.rows + hinted.rows + hinted.teacher_rows  # the teacher's own track, if it is trained
+    rows += critiqued.rows  # after every plain group's advantage is taken
     learned = learn(run.processes, run.learner, run.policy, rows, step + 1, _checkpoint_due(run.config, step))
     stats = {
         **advantage_stats,
         **credit.metrics,
         **hinted.metrics,
+        **critiqued.metrics,
         **({"hint_share": len(hinted.rows) / len(rows) if rows else 0.0} if hinted.metrics else {}),
         **({"time_credit_s": credit_s} if credit.metrics else {}),  # the teacher's share of time_learn_s
     }
@@ -527,6 +555,9 @@ class TrainingRun:
     """Rolls out (task, sample index) jobs within the step, saved to the run like the rest."""
     streamed: bool
     """Each sync step's groups are learned as they are graded (`TrainConfig.stream_groups`)."""
+    critic: TokenPolicy
+    """What samples the critiques (`credit.critique`): the sampler servers, or the learner's own model
+    (which samples the rollouts in a synchronous in-process run)."""
 
     def hints(self, step: int, trajectories: list[Trajectory]) -> Hinted:
         """Learnable successes for the groups that all failed (`credit.hint_rollouts`, hints.py)."""
@@ -549,6 +580,39 @@ class TrainingRun:
             return hinted
         taught, metrics = teacher_rows(rolled, hinted.learnable, self.config.learner, config)
         return replace(hinted, metrics=hinted.metrics | metrics, teacher_rows=taught)
+
+    def critiques(self, step: int, trajectories: list[Trajectory]) -> Critiqued:
+        """Critiques of the step's failed rollouts and the refined rollouts they start (`credit.critique`,
+        critique.py), rolled out within the step and saved to the run like the rest; or, with
+        `critique_mode: local`, each critique's turn scored with it inserted there."""
+        config, k = self.config.credit, self.config.credit.critique
+        failed = to_critique(trajectories, config.critique_per_group) if k else []
+        if not failed:
+            return Critiqued([], [], {"critique_count": 0.0} if k else {})
+        params = self.config.rollout.sampling.model_copy(update={"max_new_tokens": config.critique_tokens})
+
+        def of(t: Trajectory) -> list[Critique]:
+            seed = episode_seed(self.config.rollout.seed, t.task_id + CRITIQUE_SUFFIX, t.sample_index)
+            return sample_critiques(self.critic, self.tasks[t.task_id], t, k, params, seed * k)
+
+        with ThreadPoolExecutor(max_workers=min(len(failed), CRITIC_THREADS)) as pool:  # sampled together
+            critiques = [critique for made in pool.map(of, failed) for critique in made]
+        _record_critiques(self.store, step, critiques, k, config.critique_mode == "refine")
+        if config.critique_mode == "local":  # the critique as the teacher's context on the turn it names
+            fmt = ChatFormat(self.policy.tokenizer, self.policy.stop_ids())
+            weight = dense_weight(config.beta, step, config.decay_steps) / k
+            scoring = LocalScoring(
+                self.policy.model, params.temperature, config.clip, weight, self.processes.device
+            )
+            return local_rows(critiques, fmt, scoring)
+        jobs = [
+            (
+                refined_task(self.tasks[c.failed.task_id], c.text),
+                refined_sample(c.failed.sample_index, k, c.index),
+            )
+            for c in critiques
+        ]
+        return critique_rows(critiques, self.hint_roll(jobs), k, self.config.learner)
 
     def close(self) -> None:
         for close in self.closers:
@@ -633,6 +697,7 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,
         {t.id: t for t in tasks}, teacher, run_jobs, streams(config, processes),
+        server if server is not None else policy,
     )  # fmt: skip
 
 
@@ -880,6 +945,19 @@ def _record_token_stats(
         append_line(store.learner_path, "\n".join(lines))
 
 
+def _record_critiques(store: RunStore, step: int, critiques: list[Critique], k: int, refined: bool) -> None:
+    """One line per critique in critiques.jsonl, in one write: the critic's tokens are no trajectory's."""
+    lines = [
+        CritiqueLine(
+            step=step, failed_id=c.failed.id, index=c.index, text=c.text, ids=c.ids, logprobs=c.logprobs,
+            refined_id="{}/{}".format(*refined_job(c, k)) if refined else None,
+        ).model_dump_json()
+        for c in critiques
+    ]  # fmt: skip
+    if lines:
+        append_line(store.critiques_path, "\n".join(lines))
+
+
 def _on_mask(values: list[float] | None, mask: list[int]) -> list[float] | None:
     """Values aligned to ids[1:], kept where the token is the model's own, in order (rounded)."""
     if values is None:
@@ -895,6 +973,7 @@ def _tuple_state(state: list[object]) -> tuple[object, ...]:
 
 def _drop_metrics_from(store: RunStore, step: int) -> None:
     """A resumed run rewrites the metrics of steps after its checkpoint; the older lines stay."""
-    for path in (store.metrics_path, store.learner_path):
+    critiques = [store.critiques_path] if store.critiques_path.exists() else []  # `credit.critique` runs'
+    for path in (store.metrics_path, store.learner_path, *critiques):
         kept = [line for _, line in read_lines(path) if json.loads(line)["step"] < step]
         write_atomic(path, "".join(kept).encode())

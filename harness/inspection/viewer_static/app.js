@@ -170,13 +170,21 @@ function hintBadge() {
   return el("span", { class: "badge hint", title: "a hint rollout: the task's statement held its privileged context" }, "hint");
 }
 
+function refinedBadge() {
+  return el("span", { class: "badge hint", title: "a refined rollout: the task's statement held a critique of a failed rollout" }, "refined");
+}
+
+function taskBadge(r) {
+  return r.hint ? hintBadge() : r.refined ? refinedBadge() : null;
+}
+
 function trajectoryTable(rows) {
   const head = ["trajectory", "task", "group", "sample", "policy v.", "step", "status", "reward",
     "advantage", "correct", "turns", "summaries", "tokens"];
   const body = rows.map((r) =>
     el("tr", { class: "traj-row", "data-id": r.id, "data-task": r.task_id },
       el("td", {}, trajectoryLink(r.id)),
-      el("td", { class: "task" }, r.task_id, r.hint ? hintBadge() : null),
+      el("td", { class: "task" }, r.task_id, taskBadge(r)),
       el("td", {}, groupLink(r.group_id)),
       el("td", { class: "num" }, r.sample_index),
       el("td", { class: "num" }, r.policy_version),
@@ -202,7 +210,7 @@ async function trajectoryPage(id) {
   const t = await getJSON("/api/trajectories/" + encodeURIComponent(id));
   const r = t.row;
   const meta = [
-    ["task", r.hint ? el("span", {}, r.task_id, hintBadge()) : r.task_id], ["group", groupLink(r.group_id)],
+    ["task", taskBadge(r) ? el("span", {}, r.task_id, taskBadge(r)) : r.task_id], ["group", groupLink(r.group_id)],
     ["sample", r.sample_index],
     ["policy", t.policy], ["policy version", r.policy_version], ["step", r.step ?? "—"],
     ["status", r.status + (t.status_reason ? ` (${t.status_reason})` : "")],

@@ -616,21 +616,25 @@ def test_a_training_run_s_learner_logprobs_line_up_with_the_sampler_s(
             assert all(0.9 < w < 1.1 for w in weights), (row["id"], min(weights), max(weights))
 
 
-def test_hint_rollouts_are_marked_in_the_list() -> None:
+def test_hint_and_refined_rollouts_are_marked_in_the_list() -> None:
     """A hint rollout (credit.hint_rollouts, task id TASK.hint) carries the mark the list and the page show
-    as a `hint` badge; the student's own rollouts do not."""
+    as a `hint` badge, a refined rollout (credit.critique, task id TASK.critique) a `refined` one; the
+    student's own rollouts neither."""
     from harness.agent.trajectory import Trajectory
     from harness.inspection.viewer import trajectory_row
 
-    def row(task_id: str) -> bool:
+    def row(task_id: str) -> tuple[bool, bool]:
         t = Trajectory(
             id=f"{task_id}/0", run="r", task_id=task_id, group_id=f"{task_id}@v0", sample_index=0,
             policy="hf:x", seed=0, trainable=True,
         )  # fmt: skip
-        return trajectory_row(t, 0.0, None, training=True).hint
+        made = trajectory_row(t, 0.0, None, training=True)
+        return made.hint, made.refined
 
-    assert row("demo-add.hint") and not row("demo-add")
-    assert "hintBadge()" in (STATIC / "app.js").read_text()  # drawn beside the task id when set
+    assert row("demo-add.hint") == (True, False) and row("demo-add.critique") == (False, True)
+    assert row("demo-add") == (False, False)
+    app = (STATIC / "app.js").read_text()
+    assert "hintBadge()" in app and "refinedBadge()" in app  # drawn beside the task id when set
 
 
 def credited_trajectory() -> Trajectory:

@@ -27,7 +27,7 @@ from harness.training.hints import (
     student_prompts,
     student_rows,
 )
-from harness.training.learner import Learner, LearnerConfig, Row
+from harness.training.learner import LearnerConfig, Row
 from harness.training.teacher import CreditConfig, teacher_logprobs
 from harness.training.train import TrainConfig, train
 from policies.chat_format import ChatFormat
@@ -236,28 +236,15 @@ def scripted_config(out: Path, model: Path, credit: Mapping[str, object]) -> Tra
     )  # fmt: skip
 
 
-def recorded_rows(monkeypatch: pytest.MonkeyPatch) -> list[Row]:
-    """Every row the learner's steps are given, from now on (the real step runs on them)."""
-    trained: list[Row] = []
-    step = Learner.grpo_step
-
-    def recording(self: Learner, rows: list[Row]) -> dict[str, float]:
-        trained.extend(rows)
-        return step(self, rows)
-
-    monkeypatch.setattr(Learner, "grpo_step", recording)
-    return trained
-
-
 def test_a_hint_success_in_a_training_run_reaches_the_learner_gated(
-    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_model_path: Path, tmp_path: Path, learner_rows: list[Row]
 ) -> None:
     """A scripted run whose group fails whole and whose first hint rollout plays the gold fix: that
     success's row is in the learner's batch, in the student's context (no header), its stored log-probs
     the student's own, its advantage the learner's estimator's for one more rollout of the failed group
     (reward minus the mean of the group with it: `advantage_scale: none`), each token's advantage that
     times the surprisal gate, and the tokens above the spike cap off the mask."""
-    trained = recorded_rows(monkeypatch)
+    trained = learner_rows
     out = tmp_path / "run"
     credit = {"hint_rollouts": 2, "gate_tau": 2.0, "spike_cap": 8.0}
     (metrics,) = train(scripted_config(out, tiny_model_path, credit))
@@ -296,7 +283,7 @@ def test_a_hint_success_in_a_training_run_reaches_the_learner_gated(
 
 
 def test_a_learnability_trained_teachers_rows_reach_the_learner_with_their_own_weight(
-    tiny_model_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tiny_model_path: Path, tmp_path: Path, learner_rows: list[Row]
 ) -> None:
     """`credit.teacher_training: learnability`, `teacher_weight: 0.5`, the scripted run above: the task's two
     hint rollouts are the teacher's group, the gold one rewarded its learnability L (worked here from the
@@ -304,7 +291,7 @@ def test_a_learnability_trained_teachers_rows_reach_the_learner_with_their_own_w
     and the decoy 0, so their advantages are +-L/2 (GRPO's, scale none), times 0.5 on every token of their
     segments as sampled (the header in the prompt). Every other row is the same as with the option off,
     and off adds no row and no metric."""
-    trained = recorded_rows(monkeypatch)
+    trained = learner_rows
     credit = {"hint_rollouts": 2}
     off_metrics = train(scripted_config(tmp_path / "off", tiny_model_path, credit))[0]
     off, trained[:] = list(trained), []

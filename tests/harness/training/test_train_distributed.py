@@ -266,3 +266,43 @@ def test_hints_a_learnability_teacher_and_turn_credit_under_fsdp_train_as_one_pr
     a, b = weights(run.rollout.out), weights(one.rollout.out)
     for name in a:
         assert (a[name] - b[name]).abs().max().item() <= 1e-4, name
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["refine", "local"])
+def test_critiques_under_fsdp_train_as_one_process(mode: str, tiny_model_path: Path, tmp_path: Path) -> None:
+    """`credit.critique` under FSDP with two processes (issue 39, item 2): rank 0 samples the critiques
+    and, in `refine` mode, rolls out the refined tasks; in `local` mode the sharded model scores each named
+    turn with and without its critique. The run equals the one-process run: the same rollouts, critiques,
+    row advantages and learner log-probs, critique metrics, and weights within AdamW's noise."""
+    from tests.harness.training.test_critique import critique_config
+
+    credit = {"critique": 2, "critique_tokens": 16, "critique_mode": mode}
+    one = critique_config(tmp_path / "one", tiny_model_path, credit)
+    train(one)
+    run = critique_config(tmp_path / "fsdp", tiny_model_path, credit)
+    run = run.model_copy(
+        update={"device": "cpu", "learner": run.learner.model_copy(update={"parallel": "fsdp"})}
+    )
+    proc = torchrun(run, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert generated(run.rollout.out) == generated(one.rollout.out)
+    critiques = [(x["failed_id"], x["ids"]) for x in lines(run.rollout.out / "critiques.jsonl")]
+    assert critiques and critiques == [
+        (x["failed_id"], x["ids"]) for x in lines(one.rollout.out / "critiques.jsonl")
+    ]
+    key = lambda x: (x["step"], x["trajectory_id"], x["segment"])  # noqa: E731
+    got = {key(x): x for x in lines(run.rollout.out / "learner.jsonl")}
+    want = {key(x): x for x in lines(one.rollout.out / "learner.jsonl")}
+    assert got.keys() == want.keys()
+    for k, line in got.items():
+        assert line["advantage"] == pytest.approx(want[k]["advantage"], abs=1e-4), k
+        pairs = zip(line["learner_logprobs"], want[k]["learner_logprobs"], strict=True)
+        assert max(abs(a - b) for a, b in pairs) < 1e-4, k
+    (metrics,) = lines(run.rollout.out / "metrics.jsonl")
+    (reference,) = lines(one.rollout.out / "metrics.jsonl")
+    shared = [name for name in reference if name.startswith("critique_") and not name.endswith("_s")]
+    assert shared and all(metrics[n] == pytest.approx(reference[n], abs=1e-4) for n in shared)
+    a, b = weights(run.rollout.out), weights(one.rollout.out)
+    for name in a:
+        assert (a[name] - b[name]).abs().max().item() <= 1e-4, name
