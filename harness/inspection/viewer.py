@@ -34,13 +34,13 @@ import yaml
 from fastapi import FastAPI, HTTPException, Query
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from envs.grading import Grade
 from harness.agent.trajectory import Metrics as TrajectoryMetrics
 from harness.agent.trajectory import ParsedCall, Segment, Status, Summary, Timings, Trajectory
 from harness.inspection.runs import Selection, advantages
-from harness.rollouts.store import LEARNER_FILE, RunStore, SegmentAdvantage, read_lines
+from harness.rollouts.store import LEARNER_FILE, CritiqueLine, RunStore, SegmentAdvantage, read_lines
 from harness.training.grpo import group_advantages
 from harness.training.turn_credit import trajectory_bonuses
 from tasks.model import CRITIQUE_SUFFIX, HINT_SUFFIX
@@ -78,6 +78,11 @@ class ModelSource(BaseModel):
         """(weight, clip) of the run's turn-level credit, or None when it had none."""
         weight = float(self.credit.get("turn_weight") or 0.0)
         return (weight, float(self.credit.get("turn_clip", 0.5))) if weight > 0 else None
+
+    def teacher_trained(self) -> bool:
+        """Whether the run trained its hint rollouts as the teacher's own groups
+        (`credit.teacher_training: learnability`)."""
+        return self.credit.get("teacher_training") == "learnability"
 
 
 METRICS_LINE: TypeAdapter[dict[str, float | None]] = TypeAdapter(dict[str, float | None])
@@ -124,6 +129,8 @@ class TrajectoryRow(_Out):
     """A hint rollout (credit.hint_rollouts): its task's statement held the privileged context."""
     refined: bool = False
     """A refined rollout (credit.critique): its task's statement held a critique of a failed rollout."""
+    teacher: bool = False
+    """A hint rollout the run also trained as the teacher's own group (`credit.teacher_training`)."""
 
 
 class Filters(Selection):
@@ -188,6 +195,22 @@ class SegmentView(_Out):
     note: str | None = None
 
 
+class CritiqueView(_Out):
+    """A critique of a failed rollout (`credit.critique`, RUN/critiques.jsonl)."""
+
+    step: int
+    failed_id: str
+    """The rollout the critic read."""
+    index: int
+    text: str
+    refined_id: str | None
+    """The refined rollout it started (None in `critique_mode: local`)."""
+
+
+KEPT = {"step", "failed_id", "index", "text", "refined_id"}
+"""What the view shows of a critiques.jsonl line (not its ids and log-probs)."""
+
+
 class TrajectoryDetail(_Out):
     row: TrajectoryRow
     policy: str
@@ -201,6 +224,10 @@ class TrajectoryDetail(_Out):
     grade: Grade | None
     metrics: TrajectoryMetrics
     timings: Timings
+    critiques: list[CritiqueView] = Field(default_factory=list)
+    """The critiques written of this rollout, each with the refined rollout it started."""
+    critique_of: CritiqueView | None = None
+    """For a refined rollout: the critique in its statement and the failed rollout it was written of."""
 
 
 class GroupMember(_Out):
@@ -294,16 +321,34 @@ class RunView:
         first_record: dict[str, SegmentAdvantage] = {}
         for (trajectory_id, _), record in sorted(records.items()):
             first_record.setdefault(trajectory_id, record)
-        training = self.is_training()
+        training, taught = self.is_training(), self.source().teacher_trained()
         rows = [
             trajectory_row(t, advantage, first_record.get(t.id), training)
             for t, advantage in zip(trajectories, group_relative_advantages(trajectories), strict=True)
         ]
+        rows = [row.model_copy(update={"teacher": row.hint and taught}) for row in rows]
         return Snapshot(trajectories=trajectories, rows=rows, records=records)
 
+    def source(self) -> ModelSource:
+        return self._read("config", (self.config_path,), lambda: read_model_source(self.config_path))
+
+    def critiques(self) -> list[CritiqueView]:
+        """The run's critiques (RUN/critiques.jsonl; none when it has none), re-read when it changes."""
+        path = self.store.critiques_path
+
+        def read() -> list[CritiqueView]:
+            found = []
+            for _, line in read_lines(path):
+                try:
+                    found.append(CritiqueLine.model_validate_json(line))
+                except ValidationError:
+                    continue  # a line of another schema: the view shows what it can read
+            return [CritiqueView.model_validate(c.model_dump(include=KEPT)) for c in found]
+
+        return self._read("critiques", (path,), read) if path.exists() else []
+
     def is_training(self) -> bool:
-        source = self._read("config", (self.config_path,), lambda: read_model_source(self.config_path))
-        return source.model is not None
+        return self.source().model is not None
 
     def rows(self, filters: Filters) -> list[TrajectoryRow]:
         snapshot = self.snapshot()
@@ -334,9 +379,7 @@ class RunView:
         if not found:
             return None
         t, row = found[-1]
-        turned = self._read(
-            "config", (self.config_path,), lambda: read_model_source(self.config_path)
-        ).turn_credit()
+        turned = self.source().turn_credit()
         bonuses = trajectory_bonuses(t.segments, *turned) if turned else [None] * len(t.segments)
         segments = [
             self._segment(s, row, snapshot.records.get((t.id, s.index)), i + 1 < len(t.segments), bonuses[i])
@@ -346,6 +389,8 @@ class RunView:
             row=row, policy=t.policy, seed=t.seed, trainable=t.trainable, ids_verified=t.ids_verified,
             status_reason=t.status_reason, summaries=t.summaries, segments=segments,
             final_diff=t.final_diff, grade=t.grade, metrics=t.metrics, timings=t.timings,
+            critiques=[c for c in self.critiques() if c.failed_id == t.id],
+            critique_of=next((c for c in self.critiques() if c.refined_id == t.id), None),
         )  # fmt: skip
 
     def _segment(

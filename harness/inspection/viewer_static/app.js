@@ -174,8 +174,30 @@ function refinedBadge() {
   return el("span", { class: "badge hint", title: "a refined rollout: the task's statement held a critique of a failed rollout" }, "refined");
 }
 
+function teacherBadge() {
+  return el("span", { class: "badge hint", title: "also trained as the teacher's own group (credit.teacher_training)" }, "teacher");
+}
+
 function taskBadge(r) {
-  return r.hint ? hintBadge() : r.refined ? refinedBadge() : null;
+  if (r.hint) return r.teacher ? el("span", {}, hintBadge(), teacherBadge()) : hintBadge();
+  return r.refined ? refinedBadge() : null;
+}
+
+// Critiques (credit.critique): those written of this rollout, each beside the refined rollout it started;
+// on a refined rollout, the critique its statement held and the failed rollout it was written of.
+function critiquesBlock(t) {
+  const items = t.critiques.map((c) => el("div", { class: "critique", "data-index": c.index },
+    el("div", { class: "muted" }, `critique ${c.index} (step ${c.step})`,
+      c.refined_id ? el("span", {}, " → refined rollout ", trajectoryLink(c.refined_id)) : " (local: no refined rollout)"),
+    el("pre", { class: "critique-text" }, c.text)));
+  if (t.critique_of) {
+    const c = t.critique_of;
+    items.unshift(el("div", { class: "critique critique-of" },
+      el("div", { class: "muted" }, "refines ", trajectoryLink(c.failed_id), `, under critique ${c.index}:`),
+      el("pre", { class: "critique-text" }, c.text)));
+  }
+  if (!items.length) return null;
+  return el("section", { class: "block", id: "critiques" }, el("h3", {}, "critiques"), items);
 }
 
 function trajectoryTable(rows) {
@@ -225,6 +247,7 @@ async function trajectoryPage(id) {
     el("h2", {}, "trajectory ", el("span", { class: "mono" }, r.id)),
     el("div", { class: "meta" }, meta.map(([k, v]) => el("div", {}, el("span", {}, k), el("span", {}, v)))),
     gradeBlock(t.grade),
+    critiquesBlock(t),
     el("section", { class: "block" }, el("h3", {}, "final diff"), diffView(t.final_diff)),
     conversationBlock(t),
     tokensBlock(t),

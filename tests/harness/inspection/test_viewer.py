@@ -685,3 +685,65 @@ def test_turn_level_credit_is_shown_on_each_turn(tmp_path: Path, browser: WebDri
         chip = credited[0].find_element(By.CSS_SELECTOR, ".turn-head .chip.turn-credit")
         assert chip.text == "turn credit +0.250"
         assert len(elements(browser, "#conversation .turn-credit")) == 3  # every turn names its bonus, 0 too
+
+
+def test_critiques_are_shown_beside_the_rollout_they_criticised_and_the_one_they_produced(
+    tmp_path: Path, browser: WebDriver
+) -> None:
+    """A run trained with `credit.critique` and `teacher_training`: the failed rollout's page shows each
+    critique written of it with a link to the refined rollout it started; the refined rollout's page shows
+    the critique its statement held and links back; a hint rollout of such a run carries the `teacher` mark
+    beside `hint`. A line of another schema in critiques.jsonl is skipped, not an error."""
+    from selenium.webdriver.common.by import By
+
+    from harness.rollouts.store import CritiqueLine
+
+    def made(task_id: str, sample: int, reward: float) -> Trajectory:
+        t = credited_trajectory()
+        return t.model_copy(
+            update={"id": f"{task_id}/{sample}", "task_id": task_id, "group_id": f"{task_id}@v0",
+                    "sample_index": sample, "reward": reward}
+        )  # fmt: skip
+
+    failed, refined, hint = made("c", 0, 0.0), made("c.critique", 3, 1.0), made("c.hint", 0, 1.0)
+    config = {
+        "model": str(tmp_path / "no-model"),
+        "credit": {"critique": 2, "teacher_training": "learnability"},
+    }
+    run = write_run(tmp_path / "run", [failed, refined, hint], config)
+    lines = [
+        CritiqueLine(step=0, failed_id="c/0", index=0, text="Turn 2: the edit <b>misses</b> the sign.",
+                     ids=[5, 6], logprobs=[-1.0, -2.0], refined_id="c.critique/3"),
+        CritiqueLine(step=0, failed_id="c/0", index=1, text="Run the tests first.", ids=[7],
+                     logprobs=[-0.5], refined_id=None),
+    ]  # fmt: skip
+    (run / "critiques.jsonl").write_text(
+        "".join(c.model_dump_json() + "\n" for c in lines) + '{"another": "schema"}\n'
+    )
+    api = client(run)
+    detail = api.get("/api/trajectories/c%2F0").json()
+    assert [(c["index"], c["refined_id"]) for c in detail["critiques"]] == [(0, "c.critique/3"), (1, None)]
+    assert detail["critique_of"] is None
+    of = api.get("/api/trajectories/c.critique%2F3").json()["critique_of"]
+    assert (of["failed_id"], of["text"]) == ("c/0", lines[0].text)
+    rows = {r["id"]: r for r in api.get("/api/trajectories").json()}
+    assert (rows["c.hint/0"]["hint"], rows["c.hint/0"]["teacher"]) == (True, True)
+    assert not rows["c/0"]["teacher"] and rows["c.critique/3"]["refined"]
+    with harness_view(run) as served:
+        browser.get(served.url + "#/t/c%2F0")
+        shown = wait_for(browser, lambda d: elements(d, "#critiques .critique"), "the critiques")
+        assert [e.find_element(By.CSS_SELECTOR, ".critique-text").text for e in shown] == [
+            c.text for c in lines
+        ]
+        shown[0].find_element(By.CSS_SELECTOR, "a.traj-link").click()
+        back = wait_for(
+            browser,
+            lambda d: elements(d, '#trajectory[data-id="c.critique/3"] #critiques .critique-of'),
+            "refined",
+        )
+        assert lines[0].text in back[0].text
+        back[0].find_element(By.CSS_SELECTOR, "a.traj-link").click()
+        wait_for(browser, lambda d: elements(d, '#trajectory[data-id="c/0"]'), "the failed rollout again")
+        browser.get(served.url + "#/")
+        row = wait_for(browser, lambda d: elements(d, 'tr.traj-row[data-id="c.hint/0"]'), "the hint row")[0]
+        assert [b.text for b in row.find_elements(By.CSS_SELECTOR, ".badge")] == ["hint", "teacher"]
