@@ -21,7 +21,11 @@ Arms:
   teacher's own GRPO groups, rewarded success x learnability; their tokens are the hints arm's).
 - critique: `credit.critique: 2` (ECHO: two critiques of each group's first failed rollout by the policy,
   each starting a refined rollout; the critic and the refined rollouts trained in the same step);
-- local: `credit.critique: 2, critique_mode: local` (each critique the teacher of the turn it names).
+- local: `credit.critique: 2, critique_mode: local` (each critique the teacher of the turn it names);
+- turn: `credit.turn_weight: 0.5` (each turn also credited with the change in the visible tests' outcomes
+  its `run_tests` calls saw). It needs `explore_demos=true`: the demo's own warm start never runs the tests,
+  so there would be nothing to credit (refused without it); give it to every arm of the run, so that its
+  GRPO arm is the baseline with the same warm start.
 
 Hint rollouts, critiques and refined rollouts sample more tokens than the others, so each arm is read at plain GRPO's sampled-token budget
 of the same seed: the training pass rate of the last two steps within that budget, and the first step
@@ -57,6 +61,7 @@ ARMS = {
     "teacher": CreditConfig(hint_rollouts=2, teacher_training="learnability"),
     "critique": CreditConfig(critique=2),
     "local": CreditConfig(critique=2, critique_mode="local"),
+    "turn": CreditConfig(turn_weight=0.5),
 }
 EXTRA_TOKENS = ("hint_tokens_generated", "critique_tokens_generated", "critique_refined_tokens_generated")
 """Tokens a step samples besides its groups' rollouts: hint rollouts, critiques, refined rollouts."""
@@ -207,6 +212,10 @@ def main() -> int:
     arms = args.arms.split(",")
     if "grpo" not in arms or any(a not in ARMS for a in arms):
         raise SystemExit(f"--arms: some of {sorted(ARMS)}, grpo among them (the budget is its)")
+    if "turn" in arms and overrides_of(args.overrides).get("explore_demos") not in ("true", "True", "1"):
+        raise SystemExit(
+            "--arms turn: add explore_demos=true (a warm start that runs the tests; every arm gets it)"
+        )
     runs = []
     with tempfile.TemporaryDirectory(prefix="credit-compare-") as tmp:
         for seed in seeds_of(args.seeds):

@@ -3,7 +3,8 @@
 - `scripted:gold` plays the task's gold patch through the real tools: look around, run the tests, apply
   each hunk with the edit tool (new files with write_file, deletions with bash), run the tests, submit.
   `scripted:gold-min` only applies the hunks and submits; `scripted:decoy` edits the same places wrongly
-  (to `pass`) and submits, for warm starts on mixed demonstrations.
+  (to `pass`) and submits, for warm starts on mixed demonstrations; `scripted:decoy-explore` is the decoy
+  played as `gold` plays the fix (look around, run the tests before and after).
 - `scripted:FILE` plays a recorded list of tool calls (JSON or YAML: `[{name, arguments}, ...]`), then
   submits.
 
@@ -112,14 +113,14 @@ class ScriptedPolicy:
     def __init__(self, source: str) -> None:
         self.spec = f"scripted:{source}"
         self.source = source
-        named = ("gold", "gold-min", "decoy")
+        named = ("gold", "gold-min", "decoy", "decoy-explore")
         self.script = None if source in named else load_script(Path(source))
 
     def calls(self, task: Task) -> list[ScriptedCall]:
         if self.script is not None:
             return self.script
-        calls = gold_calls(task, explore=self.source == "gold")
-        if self.source == "decoy":  # the right place, the wrong fix: the edited lines become `pass`
+        calls = gold_calls(task, explore=self.source in ("gold", "decoy-explore"))
+        if self.source.startswith("decoy"):  # the right place, the wrong fix: the edited lines become `pass`
             for call in calls:
                 existing = task.repo / call.arguments.get("path", "")
                 if call.name == "write_file" and existing.is_file():  # a whole file written: left as it was

@@ -93,6 +93,11 @@ class DemoConfig(BaseModel):
     """Also warm-start on the right fixes with the privileged header of `credit.privileged`, before the
     conversation and in the statement (`SFTConfig.header_scripts`): a model that reads the header, which
     the OPSD teacher and hint rollouts need. benchmarks/credit_compare.py turns it on."""
+    explore_demos: bool = False
+    """The warm start's demonstrations look around and run the visible tests before and after their fix
+    (scripts `gold` and `decoy-explore` in place of `gold-min` and `decoy`), so that the model learns to call
+    `run_tests`: turn-level credit (`credit.turn_weight`) reads the outcomes of those calls and has nothing
+    to read without them. benchmarks/credit_compare.py's turn arm needs it."""
     warm_start_from: Path | None = None
     """The folder of an earlier demo run of the same seed and warm-start settings: GRPO starts from its
     warm-started model (OUT/sft/model) instead of one trained again, which gives the same weights on the
@@ -202,11 +207,12 @@ def warm_start(
         f"{', right ones with the privileged header' if config.header_demos else ''}), then training on them"
     )
 
+    fix, decoy = ("gold", "decoy-explore") if config.explore_demos else ("gold-min", "decoy")
     sft_model = run_sft(
         SFTConfig(
-            model=base, scripts=["gold-min", "decoy"], solved_only=False,
-            epochs=config.sft_epochs, target_loss=config.sft_target_loss, repeats={"decoy": config.decoys_per_fix},
-            header_scripts=["gold-min"] if config.header_demos else [], header_parts=config.credit.privileged,
+            model=base, scripts=[fix, decoy], solved_only=False,
+            epochs=config.sft_epochs, target_loss=config.sft_target_loss, repeats={decoy: config.decoys_per_fix},
+            header_scripts=[fix] if config.header_demos else [], header_parts=config.credit.privileged,
             rows_per_step=4, learner=LearnerConfig(lr=config.sft_lr),
             rollout=RolloutConfig(
                 suite=config.rollout.suite, out=config.out / "sft", seed=config.seed, sandbox=sandbox,

@@ -132,3 +132,16 @@ def test_validate_reports_a_gold_the_tools_refuse(tmp_path: Path) -> None:
     assert problem.startswith(
         "the tools refuse the gold patch's calls (scripted:gold): write_file twin/__init__.py"
     )
+
+
+def test_the_exploring_decoy_runs_the_tests_around_its_wrong_fix() -> None:
+    """`scripted:decoy-explore` (the demo's `explore_demos` warm start) plays `gold`'s calls, tests run
+    before and after, with `decoy`'s wrong fix: each edit of gold's places made `pass`."""
+    task = next(t for t in load_suite("demo") if t.id == "demo-double")
+    gold = gold_calls(task, explore=True)
+    explored = ScriptedPolicy("decoy-explore").calls(task)
+    assert [c.name for c in explored] == [c.name for c in gold]
+    assert [c.name for c in explored].count("run_tests") == 2
+    edits = [(c, g) for c, g in zip(explored, gold, strict=True) if c.name == "edit"]
+    assert edits and all(c.arguments["old_str"] == g.arguments["old_str"] for c, g in edits)
+    assert all(c.arguments["new_str"].strip() == "pass" != g.arguments["new_str"].strip() for c, g in edits)
