@@ -8,9 +8,10 @@ line, the static parse by default) and built, or reused, by its key (`envs.task_
 of declarations, not per commit. The changed test modules run in a sandbox of each tree, in that one environment, by synthesis's
 runner (`envs.synthesis.SandboxPytest`, the grader's outcome rules). Tests that pass at the commit and not
 at the parent are FAIL_TO_PASS, those that pass at both PASS_TO_PASS; a commit with no FAIL_TO_PASS is
-dropped. A kept one is written as a task (base: the parent) and validated as `harness tasks validate`
-does, the gold patch also played by `scripted:gold`; one that fails is removed again. Every commit
-scanned is either kept or dropped with its reason.
+dropped. A kept one is written as a task (base: the parent) and validated as `harness tasks validate
+--drop-unwatched` does, the gold patch also played by `scripted:gold` (a PASS_TO_PASS test that nothing but
+its process watches is left out; an unwatched FAIL_TO_PASS test refuses the task); one that fails is
+removed again. Every commit scanned is either kept or dropped with its reason.
 
 That is Python's way (`MineConfig.language`, `python` by default). A language whose tests are programs
 (`rust`, `go`: a `ProcessLanguage` plug-in) is split by its plug-in and measured by its own grader
@@ -50,7 +51,7 @@ from envs.python_env import EnvBuildError
 from envs.sandbox import BackendName, SandboxConfig
 from envs.synthesis import SandboxPytest, sandbox_starter
 from envs.task_env import env_key
-from envs.validation import validate_task
+from envs.validation import validate_dropping_unwatched
 from tasks.environment import Environment, EnvironmentReader, static_environment
 from tasks.importing import ImportProblem, task_yaml
 from tasks.mining import (
@@ -157,6 +158,9 @@ class Mined(BaseModel):
     left_out: int = 0
     """Tests that passed at the parent and the commit but not in the grader's run of the gold patch: left
     out of PASS_TO_PASS."""
+    unwatched: list[str] = []
+    """PASS_TO_PASS tests left out because nothing but their process watched them
+    (`envs.validation.validate_dropping_unwatched`)."""
 
 
 class MineReport(BaseModel):
@@ -325,15 +329,16 @@ def mine_commit(
         environment=environment,
     )
     folder = write_mined_task(config.out, mined)
-    left_out = check_task(folder, config, sandbox) if config.validate_tasks else 0
+    left_out, unwatched = check_task(folder, config, sandbox) if config.validate_tasks else (0, [])
     return Mined(
         id=folder.name,
         commit=commit,
         parent=parent,
         fail_to_pass=len(judged.fail_to_pass),
-        pass_to_pass=len(judged.pass_to_pass) - left_out,
+        pass_to_pass=len(judged.pass_to_pass) - left_out - len(unwatched),
         environment=key,
         left_out=left_out,
+        unwatched=unwatched,
     )
 
 
@@ -396,16 +401,17 @@ def mine_program_commit(
         language=language.name,
     )
     folder = write_mined_task(config.out, mined)
-    if config.validate_tasks:
-        check_task(folder, config, sandbox, measured_by_grader=True)
-    fail_to_pass, pass_to_pass = len(judged.fail_to_pass), len(judged.pass_to_pass)
+    unwatched = (
+        check_task(folder, config, sandbox, measured_by_grader=True)[1] if config.validate_tasks else []
+    )
     return Mined(
         id=folder.name,
         commit=commit,
         parent=parent,
-        fail_to_pass=fail_to_pass,
-        pass_to_pass=pass_to_pass,
+        fail_to_pass=len(judged.fail_to_pass),
+        pass_to_pass=len(judged.pass_to_pass) - len(unwatched),
         environment=None,
+        unwatched=unwatched,
     )
 
 
@@ -488,20 +494,22 @@ def failure_messages(run: PytestRun, tests: list[str]) -> dict[str, str]:
 
 def check_task(
     folder: Path, config: MineConfig, sandbox: SandboxConfig, measured_by_grader: bool = False
-) -> int:
-    """Validates the task in `folder` as `harness tasks validate` does; removes it and drops the commit
-    when it is invalid. Returns how many PASS_TO_PASS tests the grader's own run of the gold patch left out
-    (none where the grader measured them: `measured_by_grader`)."""
+) -> tuple[int, list[str]]:
+    """Validates the task in `folder` as `harness tasks validate --drop-unwatched` does; removes it and
+    drops the commit when it is invalid. Returns how many PASS_TO_PASS tests the grader's own run of the
+    gold patch left out (none where the grader measured them: `measured_by_grader`), and those left out
+    because nothing but their process watched them."""
     try:
         left_out = 0 if measured_by_grader else grader_pass_to_pass(folder, config, sandbox)
         task = load_task(folder, config.out)
-        problems = validate_task(task, sandbox, config.repeats, keep=True, episode=True).problems
+        result = validate_dropping_unwatched(task, sandbox, config.repeats, episode=True)
+        problems, dropped = result.problems, result.dropped
     except TaskError as e:
-        left_out, problems = 0, [str(e)]
+        left_out, problems, dropped = 0, [str(e)], []
     if problems:
         shutil.rmtree(folder, ignore_errors=True)
         raise _Drop("invalid", "; ".join(problems)[:500])
-    return left_out
+    return left_out, dropped
 
 
 def grader_pass_to_pass(folder: Path, config: MineConfig, sandbox: SandboxConfig) -> int:

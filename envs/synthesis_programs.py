@@ -32,16 +32,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-import yaml
-
 from envs.factory import start_sandbox
 from envs.grading import grade_patch
 from envs.languages import language_named
 from envs.mining_programs import outcomes_of
 from envs.process_grading import LITERAL, ProcessLanguage
 from envs.sandbox import SandboxConfig, SandboxError
-from envs.validation import Validation, validate_task
-from tasks.importing import task_yaml
+from envs.validation import validate_dropping_unwatched
 from tasks.mining import NO_CODE_DIRS
 from tasks.model import HiddenTests, Limits, Task
 from tasks.mutations_js import OPERATORS, JsMutation
@@ -438,7 +435,7 @@ def _synthesize(
             continue
         made = ProgramTask.model_validate_json((folder / "synth.json").read_text())
         if validate:
-            result = validated(folder, config.out, sandbox)
+            result = validate_dropping_unwatched(load_task(folder, config.out), sandbox, 1, episode=False)
             if result.problems:
                 where = f"{trial.operator} at {trial.path}:{trial.line}"
                 report.rejected[f"{folder.name} ({where})"] = result.problems
@@ -448,20 +445,3 @@ def _synthesize(
             made.pass_to_pass = len(load_task(folder, config.out).hidden_tests.pass_to_pass)
         report.tasks.append(made)
     return report
-
-
-def validated(folder: Path, suite: Path, sandbox: SandboxConfig) -> Validation:
-    """`tasks validate`'s verdict on the task in `folder`; where it refuses only PASS_TO_PASS tests that
-    nothing but their process watches (their literals' canaries pass on the gold patch too), the task
-    without them, validated again. A FAIL_TO_PASS test so refused refuses the task."""
-    result = validate_task(load_task(folder, suite), sandbox, 1, episode=False)
-    refused = set(result.unwatched)
-    if not refused or len(result.problems) != 1:
-        return result
-    path = folder / "task.yaml"
-    spec = TaskFile.model_validate(yaml.safe_load(path.read_text()))
-    if refused & set(spec.fail_to_pass):
-        return result
-    kept = [test for test in spec.pass_to_pass if test not in refused]
-    path.write_text(task_yaml(spec.model_copy(update={"pass_to_pass": kept})))
-    return validate_task(load_task(folder, suite), sandbox, 1, episode=False)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
+import yaml
 from pydantic import BaseModel, ConfigDict
 
 from envs.factory import start_task_sandbox
@@ -34,8 +36,10 @@ from tasks.canaries import (
     task_candidates,
 )
 from tasks.computed import ComputedFile, ComputedValue, digest, held_map, save_computed
+from tasks.importing import task_yaml
 from tasks.model import Task
 from tasks.plain import decode
+from tasks.suite import TaskFile
 from tools.toolbox import Toolbox, ToolsConfig
 
 
@@ -64,6 +68,9 @@ class Validation(BaseModel):
     """Why the task has no canary of a kind, for the reader of `tasks validate`."""
     unwatched: list[str] = []
     """Named tests that no held value and no text canary watch (a process language's; refused)."""
+    dropped: list[str] = []
+    """PASS_TO_PASS tests this validation left out because nothing but their process watched them
+    (`validate_dropping_unwatched`); the task's task.yaml loses them only where it validated without them."""
     uncovered: list[str] = []
     """Named tests (FAIL_TO_PASS and PASS_TO_PASS) that no canary changes: code under test that passes
     only these, in its own process, goes unseen (docs/reliability.md 5h). Reported, not refused; a process
@@ -125,7 +132,7 @@ def validate_task(
             language.verify_canaries(task, sandbox_config) if not problems else ([], 0, "")
         )
         unwatched = language.unwatched(task, kept) if not problems else []
-        problems += unwatched_problems(task, unwatched)
+        problems += unwatched_problems(unwatched)
         if task.folder is not None and not problems:  # what grading holds of the task, stored together
             save_computed(task.folder, task.hidden_tests.computed)
             save_canaries(task.folder, kept)
@@ -140,7 +147,7 @@ def validate_task(
                 "assertion, or were made by an older grader: run it without --check"
             )
         unwatched = language.unwatched(task, kept) if not problems else []
-        problems += unwatched_problems(task, unwatched)
+        problems += unwatched_problems(unwatched, bool(unwatched) and _held_now(task, kept, sandbox_config))
     planned, decided, assertions = language.planned(task, kept)
     held = sum(not c.source for c in planned)  # a held canary runs the real copy's very text
     return Validation(
@@ -163,17 +170,65 @@ UNWATCHED = "named tests that no held value and no text canary watch"
 """The start of the problem that refuses a task with named tests only their process decides."""
 
 
-def unwatched_problems(task: Task, unwatched: list[str]) -> list[str]:
-    """The problem `tasks validate` reports for `unwatched` named tests (none when there are none)."""
+def unwatched_problems(unwatched: list[str], held_now: bool = False) -> list[str]:
+    """The problem `tasks validate` reports for `unwatched` named tests (none when there are none);
+    `held_now`: values computed on the gold tree now would watch some of them, where `--check` read only
+    the stored ones (`_held_now`)."""
     if not unwatched:
         return []
-    stale = (
-        "; no held values are stored: validate it without --check" if not task.hidden_tests.computed else ""
-    )
+    advice = "; the stored held values are missing or stale: validate it without --check" if held_now else ""
     return [
         f"{UNWATCHED} (a check of the value a test computes, or a literal the gold patch fails when changed,"
-        f" is needed): {', '.join(unwatched)}{stale}"
+        f" is needed): {', '.join(unwatched)}{advice}"
     ]
+
+
+def _held_now(task: Task, canaries: list[Canary], sandbox_config: SandboxConfig) -> bool:
+    """Whether the expected values the gold tree computes now would watch more named tests than the
+    stored ones (`--check` stores nothing, so its advice to validate without it must be true)."""
+    language = language_of(task)
+    if not language.holds_expected:
+        return False
+    files, problems = computed_values(task, sandbox_config)
+    if problems or not files:
+        return False
+    fresh = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": files})})
+    return len(language.unwatched(fresh, canaries)) < len(language.unwatched(task, canaries))
+
+
+DROP_ROUNDS = 3
+"""Validations after the first that may drop more unwatched PASS_TO_PASS tests: the canaries are drawn
+anew each time, so a test one draw watched may go unwatched in the next."""
+
+
+def validate_dropping_unwatched(
+    task: Task, sandbox_config: SandboxConfig, repeats: int = 3, episode: bool = True
+) -> Validation:
+    """`validate_task` (keeping what it makes); where it refuses the task only for PASS_TO_PASS tests that
+    nothing but their process watches, the task validated again without them (up to `DROP_ROUNDS` times),
+    and its task.yaml rewritten without them once it validates (gold 1, empty 0, canaries kept). A FAIL_TO_PASS
+    test so refused refuses the task: it is what the task asks to fix, and nothing is dropped."""
+    result = validate_task(task, sandbox_config, repeats, True, episode)
+    dropped: list[str] = []
+    for _ in range(DROP_ROUNDS):
+        refused = set(result.unwatched)
+        if not refused or refused & set(task.hidden_tests.fail_to_pass):
+            break
+        hidden = task.hidden_tests
+        dropped += [t for t in hidden.pass_to_pass if t in refused]
+        kept = [t for t in hidden.pass_to_pass if t not in refused]
+        task = task.model_copy(update={"hidden_tests": hidden.model_copy(update={"pass_to_pass": kept})})
+        result = validate_task(task, sandbox_config, repeats, True, episode)
+    if dropped and result.ok and task.folder is not None:
+        _write_pass_to_pass(task.folder / "task.yaml", task.hidden_tests.pass_to_pass)
+    return result.model_copy(update={"dropped": dropped})
+
+
+def _write_pass_to_pass(path: Path, kept: list[str]) -> None:
+    """Rewrites the task.yaml at `path` with only the PASS_TO_PASS tests in `kept`."""
+    spec = TaskFile.model_validate(yaml.safe_load(path.read_text()))
+    left = [test for test in spec.pass_to_pass if test in set(kept)]
+    path.write_text(task_yaml(spec.model_copy(update={"pass_to_pass": left})))
 
 
 def uncovered_tests(task: Task, canaries: list[Canary]) -> list[str]:

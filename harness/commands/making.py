@@ -278,7 +278,11 @@ def add_mine_command(tasks_sub: Commands) -> None:
     )
     p.add_argument("--run-timeout", type=float, default=300.0, metavar="S", help="one test run (default 300)")
     p.add_argument("--test-timeout", type=float, default=60.0, metavar="S", help="one test (default 60)")
-    p.add_argument("--no-validate", action="store_true", help="keep tasks without validating them")
+    p.add_argument(
+        "--no-validate",
+        action="store_true",
+        help="keep tasks without validating them (validation drops the PASS_TO_PASS tests nothing watches)",
+    )
     p.add_argument(
         "--language",
         default="python",
@@ -313,8 +317,10 @@ def cmd_tasks_mine(args: argparse.Namespace) -> int:
         if args.json:
             return
         if isinstance(result, Mined):
+            dropped = f"; unwatched, dropped: {', '.join(result.unwatched)}" if result.unwatched else ""
             print(
-                f"{result.commit[:10]} kept {result.id}: {result.fail_to_pass} FAIL_TO_PASS", file=sys.stderr
+                f"{result.commit[:10]} kept {result.id}: {result.fail_to_pass} FAIL_TO_PASS{dropped}",
+                file=sys.stderr,
             )
         else:
             print(f"{result.commit[:10]} {result.reason}: {result.detail}", file=sys.stderr)

@@ -18,7 +18,7 @@ from envs.backends import resolve_backend
 from envs.grading import Grade, grade_patch
 from envs.reward import RewardConfig
 from envs.sandbox import SandboxConfig
-from envs.validation import Validation, validate_task
+from envs.validation import Validation, validate_dropping_unwatched, validate_task
 from harness.commands import Commands, backend_choices, making
 from tasks.model import Task
 from tasks.suite import TaskError, load_suite
@@ -41,6 +41,12 @@ def add_commands(sub: Commands) -> None:
     p.add_argument("--concurrency", type=int, default=2, help="tasks validated at once (default: 2)")
     p.add_argument(
         "--check", action="store_true", help="write no canaries: a task whose stored ones differ is invalid"
+    )
+    p.add_argument(
+        "--drop-unwatched",
+        action="store_true",
+        help="rewrite each task.yaml without the PASS_TO_PASS tests nothing but their process watches, where "
+        "the task then validates (an unwatched FAIL_TO_PASS test still refuses it)",
     )
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.set_defaults(func=cmd_tasks_validate)
@@ -97,6 +103,10 @@ def cmd_tasks_list(args: argparse.Namespace) -> int:
 
 
 def cmd_tasks_validate(args: argparse.Namespace) -> int:
+    if args.check and args.drop_unwatched:
+        raise SystemExit(
+            "harness tasks validate: --drop-unwatched rewrites task.yaml, --check writes nothing"
+        )
     tasks = select_tasks(args.suite, args.tasks)
     config = SandboxConfig.model_validate({"backend": resolve_backend(args.backend)})
     console = Console(stderr=True)
@@ -106,7 +116,12 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
         ThreadPoolExecutor(max(1, args.concurrency)) as pool,
     ):
         bar = progress.add_task(f"validating on {config.backend}", total=len(tasks))
-        futures = [pool.submit(validate_task, task, config, args.repeats, not args.check) for task in tasks]
+        futures = [
+            pool.submit(validate_dropping_unwatched, task, config, args.repeats)
+            if args.drop_unwatched
+            else pool.submit(validate_task, task, config, args.repeats, not args.check)
+            for task in tasks
+        ]
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -119,25 +134,36 @@ def cmd_tasks_validate(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**r.model_dump(), "ok": r.ok, "weak": r.weak} for r in results], indent=1))
     else:
-        for r in results:
-            if r.ok:
-                share = f"{r.decided_in_parent}/{r.hidden_assertions} assertions decided outside the sandbox"
-                print(
-                    f"{r.task_id}: {r.canaries} canaries (of {r.canaries_tried} tried) fail on the gold patch"
-                    f" at their own assertion, {r.held_canaries} held; {share}"
-                    + (f" ({r.no_canary})" if r.no_canary else "")
-                    + (
-                        f"; no canary covers {len(r.uncovered)} named tests: {', '.join(r.uncovered)}"
-                        if r.uncovered
-                        else ""
-                    )
-                )
+        print_validations(results)
         print(f"{len(results) - len(failed)}/{len(results)} tasks valid on {config.backend}")
         if failed:
             print("invalid: " + ", ".join(failed))
         if weak:
             print("weaker, no canary (a forger that passes every test goes unseen): " + ", ".join(weak))
     return 1 if failed else 0
+
+
+def print_validations(results: list[Validation]) -> None:
+    """One line per valid task (its canaries and held assertions), and one per task whose unwatched
+    PASS_TO_PASS tests were dropped."""
+    for r in results:
+        if r.dropped:
+            where = "dropped from task.yaml" if r.ok else "left out, task.yaml unchanged (still invalid)"
+            print(
+                f"{r.task_id}: {len(r.dropped)} unwatched PASS_TO_PASS tests {where}: {', '.join(r.dropped)}"
+            )
+        if r.ok:
+            share = f"{r.decided_in_parent}/{r.hidden_assertions} assertions decided outside the sandbox"
+            print(
+                f"{r.task_id}: {r.canaries} canaries (of {r.canaries_tried} tried) fail on the gold patch"
+                f" at their own assertion, {r.held_canaries} held; {share}"
+                + (f" ({r.no_canary})" if r.no_canary else "")
+                + (
+                    f"; no canary covers {len(r.uncovered)} named tests: {', '.join(r.uncovered)}"
+                    if r.uncovered
+                    else ""
+                )
+            )
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
