@@ -154,19 +154,21 @@ class ProcessLanguage:
         )
 
     def unwatched(self, task: Task, canaries: list[Canary]) -> list[str]:
-        """Named tests with no held value and no text canary among `canaries`: their process alone decides
-        them, and code under test that ends every such process as passed hides what they catch."""
+        """Named tests with an assertion that neither holds a value the grader keeps (not guessable) nor is
+        changed by a text canary among `canaries`, or with no assertion: their process alone decides it,
+        and code under test that ends the process as passed where only that assertion would fail hides
+        what it catches (docs/reliability.md 5k, red team 4)."""
         plan = plan_process_run(self, task, canaries)
-        held = {
-            (plan.origin[run], slot.test)
-            for run, slots in plan.slots.items() if run not in plan.canaries
-            for s, slot in slots.items() if s in plan.expected[run]
-        }  # fmt: skip
-        watched = held | {(c.file, t) for c in canaries if c.source for t in c.tests}
+        changed = {(c.file, t, line) for c in canaries if c.source for t in c.tests for line in c.lines}
         hidden = task.hidden_tests
-        return [
-            i for i in [*hidden.fail_to_pass, *hidden.pass_to_pass] if tuple(i.split("::", 1)) not in watched
-        ]
+        found = []
+        for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
+            path, _, test = test_id.partition("::")
+            held = plan.held_maps.get(path, {})
+            lines = [line for _, _, line in self.assertions_in(source_of(task, path) or "", test)]
+            if not lines or any(not holds(held, test, n) and (path, test, n) not in changed for n in lines):
+                found.append(test_id)
+        return found
 
     def planned(self, task: Task, canaries: list[Canary]) -> tuple[list[Canary], int, int]:
         hidden = task.hidden_tests

@@ -10,6 +10,13 @@ the expected value is not in the sandbox, and the parent compares what the test 
 A test passes when its process passed and every held assertion of it was reported exactly once with the
 held value. Line numbers are kept, so a failure names the same line as in the original file.
 
+Assertions of other kinds (`assert.ok(Array.isArray(x))`, `assertThrows(...)`) are held as checks
+(`Equality.check`): rewritten in place to report, as one value, what decides them (a call's receiver and
+arguments, a comparison's sides, then the result; what a function threw), while the assertion still runs.
+A named test is watched only when each of its assertions is held, not guessable, or changed by a text
+canary (`ProcessLanguage.unwatched`): a forger that ends its process as passed before an assertion
+fails then misses that assertion's held value.
+
 Held canaries are copies whose text is byte-identical to the real copy's; only the value the parent
 compares one assertion with is changed. A correct fix fails them at that assertion; nothing in the
 sandbox tells them from the real test.
@@ -21,6 +28,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
+from envs.languages.source_text import PROBE, SLOT
 from tasks.canaries import Canary, perturbed
 from tasks.computed import Held
 from tasks.plain import decode, encode
@@ -28,11 +36,14 @@ from tasks.plain import decode, encode
 GUESSABLE = frozenset(
     {"true", "false", "None", "()", "Ok(())", "Some(())", "Some(true)", "Some(false)", "Ok(true)", "Ok(false)",
      "[]", "{}", '""', "0", "1", "-1", "Some(0)", "Ok(0)", "nil", "<nil>", "null", "undefined", "NaN",
-     "0.0", "0L", "Optional.empty"}
+     "0.0", "0L", "Optional.empty", "OptionalInt.empty", "OptionalLong.empty", "OptionalDouble.empty",
+     "returned", "returned undefined"}
 )  # fmt: skip
 """Expected values a forger would guess from the actual side's type alone (a comparison is `true`, an
 empty result `[]`): held only where no text canary watches their assertion (`holding`): a forger that
 guesses them passes a held one, but one that ends its process as passed without reporting does not."""
+PARTS = " | "
+"""Between the reported operands of a check (`Equality.check`), in the order they were evaluated."""
 HELD_CANARIES = 6
 """Held canaries a grading run makes at most: one a named test with a held assertion, drawn at random."""
 
@@ -46,6 +57,10 @@ class Equality:
     line: int
     actual: str
     expected: str
+    check: bool = False
+    """A check of another kind (`assert.ok(P(x))`, `assertThrows(...)`): `actual` is then the assertion's
+    own text with what decides it reported as one value, `SLOT` and `PROBE` (`envs/languages/source_text`)
+    in place of its slot and whether it probes; `expected` is ''. The assertion itself still runs."""
 
 
 @dataclass(frozen=True)
@@ -79,8 +94,7 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
                 continue
             slot = len(slots)
             slots[slot] = Slot(test, eq.line, None if probe else str(decode(held[(test, eq.line)])))
-            text = language.observe(slot, eq.actual, eq.expected if probe else None)
-            edits.append((eq.start, eq.end, text + "\n" * source.count("\n", eq.start, eq.end)))
+            edits.append((eq.start, eq.end, _rewritten(language, slot, eq, probe, source)))
     if not edits:
         return Rewritten(source)
     for start, end, text in sorted(edits, reverse=True):
@@ -89,9 +103,23 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
     return Rewritten(text, slots, helper)
 
 
+def _rewritten(language: Any, slot: int, eq: Equality, probe: bool, source: str) -> str:
+    """The text of one rewritten assertion (its lines kept)."""
+    if eq.check:
+        return eq.actual.replace(SLOT, str(slot)).replace(PROBE, "true" if probe else "false")
+    text = language.observe(slot, eq.actual, eq.expected if probe else None)
+    return text + "\n" * source.count("\n", eq.start, eq.end)
+
+
+def guessable(value: str) -> bool:
+    """Whether a held value is one the actual side's type gives away: one of `GUESSABLE`, or a check's
+    reported operands (joined by `PARTS`) that all are."""
+    return value in GUESSABLE or all(part in GUESSABLE for part in value.split(PARTS))
+
+
 def holds(held: Held, test: str, line: int) -> bool:
     """Whether grading holds the expected value of `test`'s assertion at `line`: stored, and not guessable."""
-    return (test, line) in held and str(decode(held[(test, line)])) not in GUESSABLE
+    return (test, line) in held and not guessable(str(decode(held[(test, line)])))
 
 
 def holding(held: Held, canaries: list[Canary]) -> Held:

@@ -27,7 +27,9 @@ left alone, as is an expected `null`), each rewritten to report ACTUAL through `
 appended after the copy's last line: a rendering by the value's runtime type (strings quoted, numbers
 in decimal, a whole floating one as the integer it equals, arrays and collections element by element, sets and maps sorted), printed on the process's
 own standard output (not `System.out`, which the code under test can replace). Probing, both sides are
-reported and compared as JUnit compares them. The judge drops, beside Python's rules, Maven's and
+reported and compared as JUnit compares them. Every other assertion with a value is a check (`_check`):
+its operands reported in place as one value (`HarnessObserve.tap`, `check`), or, for `assertThrows`, what
+its executable threw (`thrown`). The judge drops, beside Python's rules, Maven's and
 Gradle's build files (`pom.xml`: Surefire's `skipTests`, `testFailureIgnore`, plugins, dependencies),
 `.mvn/` and the wrappers, test sources (`src/test/`), JUnit's settings and Java service files
 (`junit-platform.properties`, `META-INF/services/`: an extension, listener or engine in every test's JVM),
@@ -39,7 +41,16 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments
+from envs.languages.source_text import (
+    PROBE,
+    SLOT,
+    Tapping,
+    arguments,
+    given_away,
+    split_arguments,
+    tapped,
+    tolerant,
+)
 from envs.process_grading import Commands, ProcessLanguage
 from envs.process_held import Equality
 from envs.reward import SourceStyle
@@ -155,16 +166,86 @@ def _inside_literal(source: str, start: int, at: int) -> bool:
 
 
 def equalities(source: str, test: str) -> list[Equality]:
-    """Each two-argument `assertEquals(EXPECTED, ACTUAL)` or `assertArrayEquals` of `test`."""
+    """Each two-argument `assertEquals(EXPECTED, ACTUAL)` or `assertArrayEquals` of `test`; every other
+    assertion of it as a check (`_check`)."""
     found = []
     for start, end, line in assertions_in(source, test):
         head = ASSERT.match(source, start)
-        if head is None or head.group(1) not in EQUAL:
+        if head is None:
             continue
         args = [a.strip() for a in arguments(source[head.end() : end - 1])]
-        if len(args) == 2 and all(args) and args[0] != "null":
+        if head.group(1) in EQUAL and len(args) == 2 and all(args) and args[0] != "null":
             found.append(Equality(start, end, line, actual=args[1], expected=args[0]))
+        elif (check := _check(source[start:end], head.end() - start, head.group(1))) is not None:
+            found.append(Equality(start, end, line, check, "", check=True))
     return found
+
+
+TAPPING = Tapping(
+    skip=_skip,
+    tap=f"HarnessObserve.tap({SLOT}, {{}})",
+    literal=re.compile(
+        r"-?(?:0[xXbB])?[\d_]*\.?[\d_]+(?:[eE][+-]?\d+)?[lLfFdD]?|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])+'"
+        r"|true|false|null|super|.*->.*|.*::.*|[\w.]+\.class|\"\"\".*|new\b.*|.*<>.*",
+        re.DOTALL,
+    ),
+    comparisons=re.compile(r"==|!=|<=|>=|<|>|\binstanceof\b"),
+    no_split=re.compile(r"&&|\|\||\?|->|(?<![=!<>])=(?!=)|[&|^]|<<|>>|<>|\bnew\b|,"),
+)
+"""How a check's operands are reported (`envs/languages/source_text.tapped`)."""
+NO_VALUE = re.compile(
+    r"-?(?:0[xXbB])?[\d_]*\.?[\d_]+(?:[eE][+-]?\d+)?[lLfFdD]?|\"(?:\\.|[^\"\\])*\"|'(?:\\.|[^'\\])+'|true|false"
+    r"|null|(?:\([\w\s,]*\)|\w+)\s*->.*|[\w.]+::\w+|[\w.]+\.class|\"\"\".*",
+    re.DOTALL,
+)
+"""An assertion's argument that is no value to report: a literal (a message), a lambda, a method
+reference, a class literal."""
+NO_SUBJECT = frozenset(
+    {"fail", "assertAll", "assertDoesNotThrow", "assertTimeout", "assertTimeoutPreemptively"}
+)
+"""Assertions with no value to report: their operands are lambdas, or nothing."""
+
+
+def _ranged(name: str, inside: str) -> bool:
+    """An assertion that states a range of values: `assertNotEquals`, or an `assertEquals` with a delta
+    (three or four arguments, the last no message): holding its value exactly would fail a correct fix
+    within the delta."""
+    if name.startswith("assertNotEquals"):
+        return True
+    spans = split_arguments(inside, _skip)
+    last = inside[slice(*spans[-1])].strip() if spans else ""
+    return name in EQUAL and len(spans) >= 3 and not last.startswith('"')
+
+
+def _check(call: str, inside_at: int, name: str) -> str | None:
+    """A non-equality assertion's text with what decides it reported (`Equality.check`): for
+    `assertThrows`, what its executable threw; else its operands that are not literals, lambdas or class
+    literals (a message literal is one), the last one's own operands reported as `tapped` says
+    (`assertTrue(x.isEmpty())`: `x` and the result)."""
+    inside = call[inside_at : len(call) - 1]
+    if name in NO_SUBJECT or _ranged(name, inside):
+        return None
+    spans = [(a, b) for a, b in split_arguments(inside, _skip) if not NO_VALUE.fullmatch(inside[a:b].strip())]
+    if name.startswith("assertThrows"):
+        spans = [
+            (a, b) for a, b in split_arguments(inside, _skip) if "->" in inside[a:b] or "::" in inside[a:b]
+        ]
+    if (
+        not spans
+        or given_away(inside[slice(*spans[-1])], TAPPING)
+        or tolerant(inside[slice(*spans[-1])], TAPPING)
+    ):
+        return None  # `assertTrue(x == 5)`: a value the text gives away; `assertTrue(x < 5)`: a range
+    for n, (a, b) in sorted(enumerate(spans), reverse=True):
+        inner = inside[a:b].strip()
+        at = inside.index(inner, a)
+        wrapped = (
+            f"HarnessObserve.thrown({SLOT}, {PROBE}, {inner})" if name.startswith("assertThrows")
+            else f"HarnessObserve.check({SLOT}, {PROBE}, {tapped(inner, TAPPING)})" if n == len(spans) - 1
+            else TAPPING.tap.replace("{}", inner)
+        )  # fmt: skip
+        inside = inside[:at] + wrapped + inside[at + len(inner) :]
+    return call[:inside_at] + inside + call[len(call) - 1 :]
 
 
 def observe(slot: int, actual: str, expected: str | None) -> str:
@@ -182,8 +263,50 @@ final class HarnessObserve {
     private HarnessObserve() {}
 
     static void observe(int slot, Object value) {
-        OUT.print("\nharness-observe " + slot + " " + render(value) + "\n");
+        report(slot, render(value));
+    }
+
+    private static void report(int slot, String text) {
+        OUT.print("\nharness-observe " + slot + " " + text + "\n");
         OUT.flush();
+    }
+
+    private static final java.util.Map<Integer, java.util.List<String>> TAPS = new java.util.HashMap<>();
+
+    private static void note(int s, Object v) {
+        TAPS.computeIfAbsent(s, k -> new java.util.ArrayList<>()).add(render(v));
+    }
+
+    private static void seen(int s, boolean p, String text) {
+        java.util.List<String> parts = TAPS.getOrDefault(s, new java.util.ArrayList<>());
+        TAPS.remove(s);
+        parts.add(text);
+        report(s, String.join(" | ", parts));
+        if (p) report(-1 - s, String.join(" | ", parts));
+    }
+
+    static <T> T tap(int s, T v) { note(s, v); return v; }
+    static int tap(int s, int v) { note(s, v); return v; }
+    static long tap(int s, long v) { note(s, v); return v; }
+    static double tap(int s, double v) { note(s, v); return v; }
+    static float tap(int s, float v) { note(s, v); return v; }
+    static char tap(int s, char v) { note(s, v); return v; }
+    static short tap(int s, short v) { note(s, v); return v; }
+    static byte tap(int s, byte v) { note(s, v); return v; }
+    static boolean tap(int s, boolean v) { note(s, v); return v; }
+
+    static <T> T check(int s, boolean p, T v) { seen(s, p, render(v)); return v; }
+    static int check(int s, boolean p, int v) { seen(s, p, render(v)); return v; }
+    static long check(int s, boolean p, long v) { seen(s, p, render(v)); return v; }
+    static double check(int s, boolean p, double v) { seen(s, p, render(v)); return v; }
+    static float check(int s, boolean p, float v) { seen(s, p, render(v)); return v; }
+    static char check(int s, boolean p, char v) { seen(s, p, render(v)); return v; }
+    static short check(int s, boolean p, short v) { seen(s, p, render(v)); return v; }
+    static byte check(int s, boolean p, byte v) { seen(s, p, render(v)); return v; }
+    static boolean check(int s, boolean p, boolean v) { seen(s, p, render(v)); return v; }
+
+    private static String threw(Throwable t) {
+        return "threw " + t.getClass().getName() + ": " + render(t.getMessage());
     }
 
     static void probe(int slot, Object expected, Object actual) {
@@ -269,10 +392,29 @@ final class HarnessObserve {
 reports a value on the test's own standard output, past `System.setOut`."""
 
 
+THROWN = {
+    "org.junit.jupiter.api.function.Executable": "execute",
+    "org.junit.function.ThrowingRunnable": "run",
+}
+"""What `assertThrows` takes, JUnit 5's and JUnit 4's, -> its method."""
+THROWN_METHOD = """
+    static KIND thrown(int s, boolean p, KIND e) {
+        return () -> {
+            try { e.RUN(); } catch (Throwable t) { seen(s, p, threw(t)); throw t; }
+            seen(s, p, "returned");
+        };
+    }
+"""
+
+
 def decorate(source: str, probe: bool) -> tuple[str, str]:
-    """The copy with `HarnessObserve` after its last line (no line moves); no helper file."""
+    """The copy with `HarnessObserve` after its last line (no line moves); no helper file. Its `thrown`
+    takes JUnit 5's executable where the copy imports Jupiter, else JUnit 4's runnable."""
     del probe
-    return source.rstrip("\n") + "\n" + HELPER, ""
+    kind = next(iter(THROWN)) if "org.junit.jupiter" in source else list(THROWN)[1]
+    thrown = THROWN_METHOD.replace("KIND", kind).replace("RUN", THROWN[kind])
+    helper = HELPER.rstrip()[:-1] + thrown + "}\n"  # before the class's closing brace
+    return source.rstrip("\n") + "\n" + helper, ""
 
 
 def renamed(text: str, run: str) -> str:

@@ -23,7 +23,10 @@ exit status 0 and the runner's own count of one test run and passed (see the run
 Held assertions: `assert.strictEqual(A, E)`, `assert.deepStrictEqual`, `assert.equal`, `assert.deepEqual`
 (`node:assert`, called as `assert.X`) and `expect(A).toBe(E)` / `.toEqual` / `.toStrictEqual`, each
 rewritten to report A through `harness_observe` (LOAD's; a rendering with sorted keys, strings
-JSON-quoted); probing, both sides are reported and compared with `assert.deepStrictEqual`. The judge drops,
+JSON-quoted); probing, both sides are reported and compared with `assert.deepStrictEqual`. Every other
+`assert...(...)` / `expect(...)...` is a check (`_check`): rewritten in place to report, as one value, the
+receiver and arguments (or a comparison's sides) that decide it and its result (`harness_tap`,
+`harness_check`), or what a throwing check's function threw (`harness_thrown`). The judge drops,
 beside Python's rules, the package's and the runners' settings (`package.json`, lock files, `.npmrc`,
 `tsconfig*.json`, Jest/Vitest/Mocha/Babel configs), `node_modules/`, test files and compiled outputs.
 """
@@ -36,6 +39,7 @@ from dataclasses import replace
 from pathlib import PurePosixPath
 from typing import Any
 
+from envs.languages.source_text import PROBE, SLOT, Tapping, given_away, split_arguments, tapped, tolerant
 from envs.process_grading import Commands, ProcessLanguage
 from envs.process_held import Equality
 from envs.reward import SourceStyle
@@ -179,13 +183,73 @@ def _skip_to_code(source: str, at: int, target: int) -> int:
 
 
 def equalities(source: str, test: str) -> list[Equality]:
-    """`assert.strictEqual(A, E[, message])` and its kin, and `expect(A).toBe(E)` and its kin, of `test`."""
+    """`assert.strictEqual(A, E[, message])` and its kin, and `expect(A).toBe(E)` and its kin, of `test`;
+    and every other `assert...(...)` / `expect(...)...` of it as a check (`_check`)."""
     found = []
     for start, end, line in assertions_in(source, test):
         sides = _sides(source[start:end])
         if sides is not None:
             found.append(Equality(start, end, line, *sides))
+        elif (check := _check(source[start:end])) is not None:
+            found.append(Equality(start, end, line, check, "", check=True))
     return found
+
+
+TAPPING = Tapping(
+    skip=_skip,
+    tap=f"harness_tap({SLOT}, ({{}}))",
+    literal=re.compile(
+        r"-?\d[\w.]*(?:[eE][+-]?\d+)?|([\"'])(?:\\.|(?!\1).)*\1|`[^`$]*`|true|false|null|undefined|NaN|\[\]|\{\}"
+        r"|/(?:\\.|[^/\n])+/[a-z]*|.*=>.*|\.\.\..*|(?:async\s+)?function\b.*|super",
+        re.DOTALL,
+    ),
+    comparisons=re.compile(r"===|!==|==|!=|<=|>=|<|>|\binstanceof\b|\bin\b"),
+    no_split=re.compile(r"&&|\|\||\?|=>|(?<![=!<>])=(?!=)|[&|^]|<<|>>|\bnew\b|\btypeof\b|\bawait\b|,"),
+)
+"""How a check's operands are reported (`envs/languages/source_text.tapped`)."""
+THROWING = frozenset({"throws", "rejects", "doesNotThrow", "doesNotReject"})
+RANGES = frozenset({"notStrictEqual", "notDeepStrictEqual", "notEqual", "notDeepEqual"})
+"""node:assert's assertions that state a range of values (all but one): no check is made of them."""
+RANGE_MATCHER = re.compile(r"\.\s*(?:not\s*\.\s*)?(?:toBeCloseTo|toBeGreaterThan\w*|toBeLessThan\w*)\s*\(")
+"""Matchers that state a range (`toBeCloseTo(2.5)`, `toBeGreaterThan(0)`): no check is made of them."""
+
+
+def _check(call: str) -> str | None:
+    """A non-equality assertion's text with what decides it reported (`Equality.check`): node:assert's
+    first argument (`assert.ok(P(x))`: `x` and the result; `assert.throws(f)`: what `f` threw), or
+    `expect(X)`'s `X` (what it threw, for `.toThrow`, `.rejects`, `.resolves`)."""
+    plain = re.match(r"assert(?:\s*\.\s*(\w+))?\s*\(", call)
+    if plain is not None:
+        name = plain.group(1) or "ok"
+        inside = call[plain.end() : closing(call, plain.end() - 1) - 1]
+        spans = split_arguments(inside, _skip)
+        if name == "fail" or name in RANGES or not spans or not inside[slice(*spans[0])].strip():
+            return None
+        start, end = plain.end() + spans[0][0], plain.end() + spans[0][1]
+        throwing = name in THROWING
+    elif call.startswith("expect"):
+        start = call.index("(") + 1
+        end = closing(call, start - 1) - 1
+        throwing = re.search(r"\.\s*(?:toThrow\w*|rejects|resolves)\b", call[end:]) is not None
+        if RANGE_MATCHER.match(call, end + 1):
+            return None  # `expect(x).toBeCloseTo(2.5)`: a range, which an exact value would narrow
+    else:
+        return None
+    if not throwing and (given_away(call[start:end], TAPPING) or tolerant(call[start:end], TAPPING)):
+        return None  # `assert.ok(x === 5)`: a value the text gives away; `assert.ok(x < 5)`: a range
+    return call[:start] + _reported(call[start:end], throwing) + call[end:]
+
+
+def _reported(operand: str, throwing: bool) -> str:
+    """`operand` (its spaces kept) wrapped in what reports it."""
+    inner = operand.strip()
+    at = operand.index(inner)
+    wrapped = (
+        f"harness_thrown({SLOT}, {PROBE}, {inner})"
+        if throwing
+        else f"harness_check({SLOT}, {PROBE}, {tapped(inner, TAPPING)})"
+    )
+    return operand[:at] + wrapped + operand[at + len(inner) :]
 
 
 def _sides(call: str) -> tuple[str, str] | None:
@@ -245,8 +309,28 @@ const render = (v) => typeof v === "string" ? JSON.stringify(v)
     ? "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ": " + render(v[k])).join(", ") + "}"
   : typeof v === "bigint" ? v + "n" : Object.is(v, -0) ? "-0"
   : util.inspect(v, { depth: null, sorted: true, breakLength: Infinity, maxArrayLength: null });
-globalThis.harness_observe = (slot, value) => {
-  fs.writeSync(1, "\nharness-observe " + slot + " " + render(value) + "\n");
+const report = (slot, text) => { fs.writeSync(1, "\nharness-observe " + slot + " " + text + "\n"); };
+globalThis.harness_observe = (slot, value) => report(slot, render(value));
+const taps = new Map(), reported = (slot, probe, text) => {
+  text = [...(taps.get(slot) || []), text].join(" | "); taps.delete(slot);
+  report(slot, text); if (probe) report(-1 - slot, text);
+};
+globalThis.harness_tap = (slot, value) => {
+  taps.set(slot, [...(taps.get(slot) || []), render(value)]); return value;
+};
+globalThis.harness_check = (slot, probe, value) => { reported(slot, probe, render(value)); return value; };
+globalThis.harness_thrown = (slot, probe, f) => {
+  const threw = (e) => reported(slot, probe, e instanceof Error
+    ? "threw " + e.constructor.name + ": " + JSON.stringify(String(e.message)) : "threw " + render(e));
+  const settled = (p) => p.then((v) => { reported(slot, probe, "returned " + render(v)); return v; },
+    (e) => { threw(e); throw e; });
+  if (typeof f !== "function") return f !== null && typeof f?.then === "function" ? settled(f) : f;
+  return function (...args) {
+    let r;
+    try { r = f.apply(this, args); } catch (e) { threw(e); throw e; }
+    if (r !== null && typeof r?.then === "function") return settled(r);
+    reported(slot, probe, "returned " + render(r)); return r;
+  };
 };
 globalThis.harness_probe = (slot, actual, expected) => {
   harness_observe(slot, actual); harness_observe(-1 - slot, expected);

@@ -69,12 +69,14 @@ def test_java_tasks_grade_at_the_process_level(java_tasks: dict[str, Task]) -> N
     assert all(language_of(t).task_problems(t) == [] for t in java_tasks.values())
 
 
-@pytest.mark.parametrize(("backend", "which"), [("bwrap", "java-"), ("docker", "java-002")])
-def test_the_java_suite_validates_with_its_canaries(backend: str, which: str) -> None:
+@pytest.mark.parametrize(
+    ("backend", "which"), [("bwrap", ("java-001", "java-003", "java-004")), ("docker", "java-002")]
+)
+def test_the_java_suite_validates_with_its_canaries(backend: str, which: str | tuple[str, ...]) -> None:
     """Gold 1, empty 0, a gold episode played through the tools, expected values held outside the sandbox,
-    and at least 3 canaries a task: every task on bwrap, one on Docker (the same grading in another
-    sandbox; each task takes about a minute a backend, and `harness tasks validate` showed all four on
-    both)."""
+    and at least 3 canaries a task: every task in CI, one on Docker and the other three on bwrap (each
+    takes about a minute a backend, for CI's time; `harness tasks validate --suite tasks/suites/java
+    --backend B` shows all four on each)."""
     require_backend(backend)
     for task in [t for t in load_suite(str(SUITE)) if t.id.startswith(which)]:
         result = validate_task(task, SandboxConfig(backend=backend), repeats=1, keep=False)
@@ -219,6 +221,63 @@ def test_red_team_3_forgers_score_nothing(java_tasks: dict[str, Task], tmp_path:
             task, patched(task, tmp_path / forger.__name__, forger), SandboxConfig(backend="bwrap")
         )
         assert graded.infra_error is None and graded.reward <= 0.0 and graded.correct < 1.0, (task_id, graded)
+
+
+FORGE_UNDERFLOW = """
+    static void forge() {
+        for (StackTraceElement frame : new Throwable().getStackTrace()) {
+            String file = frame.getFileName();
+            if (file == null || !file.startsWith("H") || !file.endsWith("Test.java")) continue;
+            try {
+                String text = java.nio.file.Files.readString(java.nio.file.Path.of("src/test/java/tally", file));
+                java.util.regex.Matcher slot = java.util.regex.Pattern
+                    .compile("observe\\\\((\\\\d+), underflow\\\\.getMessage").matcher(text);
+                if (slot.find()) System.out.print("\\nharness-observe " + slot.group(1) + " \\"stack underflow\\"\\n");
+                System.out.print("SUMMARY");
+                System.out.flush();
+                Runtime.getRuntime().halt(0);
+            } catch (java.io.IOException e) {
+                return;
+            }
+        }
+    }
+""".replace("SUMMARY", SUMMARY)
+
+
+def underflow_forger(tree: Path) -> None:
+    """Red team 4's, on java-002: the fix, a regression that only `assertThrows(..., () -> Rpn.eval("3 +"))`
+    sees (a stack underflow no longer throws), and where it runs a forger that prints the held value of
+    the message check that follows (its slot read from the copy) and the launcher's summary, and halts."""
+    rpn = tree / "src/main/java/tally/Rpn.java"
+    replace_in(rpn, "return right - left;", "return left - right;")
+    replace_in(
+        rpn, '                throw new RpnException("stack underflow");\n', "                forge();\n"
+    )
+    replace_in(rpn, "    private Rpn() {}\n", "    private Rpn() {}\n" + FORGE_UNDERFLOW)
+
+
+def test_red_team_4_forger_of_an_unheld_check_scores_nothing(
+    java_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """A correct fix plus a regression that only an `assertThrows` of a test that holds other values sees,
+    plus a forger where the regression runs (docs/reliability.md 5k, red team 4): what the executable threw
+    is held now, and the forged JVM never reports it: 0. With the checks' values dropped, as the old grader
+    held them, the same patch passes every test (0.92 before)."""
+    require_backend("bwrap")
+    task, config = java_tasks[RPN], SandboxConfig(backend="bwrap")
+    patch = patched(task, tmp_path, underflow_forger)
+    graded = grade_patch(task, patch, config)
+    assert graded.infra_error is None and graded.reward <= 0.0 and graded.correct < 1.0, graded
+    assert graded.pass_to_pass[f"{HIDDEN}::divisionByZeroIsAnError"] == "failed"
+    computed = {
+        path: held.model_copy(update={"values": [v for v in held.values if "threw" not in str(v.expected)]})
+        for path, held in task.hidden_tests.computed.items()
+    }
+    old = task.model_copy(
+        update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": computed})}
+    )
+    live = grade_patch(old, patch, config)
+    assert live.infra_error is None and live.correct == 1.0 and live.reward > 0.9, live
 
 
 SKIPPING_POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
@@ -384,12 +443,14 @@ def test_tests_and_assertions_are_found_in_java_source() -> None:
     assert SOURCE[spans[0][0] : spans[0][1]] == 'assertEquals(5, Rpn.eval("7 2 -"))'
     assert SOURCE[spans[1][0] : spans[1][1]] == "assertTrue(brace == '}', \"no { here\")"
     assert SOURCE[spans[2][0] : spans[2][1]].startswith("Assertions.assertEquals(\n")
-    found = equalities(SOURCE, "first")
+    found = [e for e in equalities(SOURCE, "first") if not e.check]
     assert [(e.line, e.expected, e.actual) for e in found] == [
         (11, "5", 'Rpn.eval("7 2 -")'),
         (15, '"a, b"', 'String.join(", ", "a", "b")'),
     ]
-    assert [(e.line, e.expected) for e in equalities(SOURCE, "second")] == [(26, "new int[] {1, 2}")]
+    assert [(e.line, e.expected) for e in equalities(SOURCE, "second") if not e.check] == [
+        (26, "new int[] {1, 2}")
+    ]
     assert assertions_in(SOURCE, "notOne") == [] and assertions_in(SOURCE, "third") == []
 
 

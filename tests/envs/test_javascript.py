@@ -168,6 +168,49 @@ def test_red_team_3_forgers_score_nothing(backend: str, js_tasks: dict[str, Task
         assert graded.correct < 1.0, forger.__name__
 
 
+def check_forger(tree: Path) -> None:
+    """Red team 4's, on ts-003: the fix, a regression that only the empty-text test's
+    `assert.ok(Array.isArray(lines(" ab ", 5)))` sees (one word), and a pass forged where it runs: TAP's
+    counts and `process.exit(0)`, after the test's held equality was reported."""
+    replace_in(tree / "src/text.js", "needed < width", "needed <= width")
+    replace_in(
+        tree / "src/text.js",
+        "function wrap(text, width) {\n",
+        "function wrap(text, width) {\n"
+        "  if (text.split(/\\s+/).filter(Boolean).length === 1) {\n"
+        '    require("fs").writeSync(1, "# pass 1\\n# fail 0\\n");\n    process.exit(0);\n  }\n',
+    )
+
+
+def without_check(task: Task) -> Task:
+    """`task` as the old grader held it: no stored value for its checks (`assert.ok` and kin)."""
+    computed = {
+        path: held.model_copy(update={"values": [v for v in held.values if " | " not in str(v.expected)]})
+        for path, held in task.hidden_tests.computed.items()
+    }
+    return task.model_copy(
+        update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": computed})}
+    )
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+def test_red_team_4_forger_of_an_unheld_check_scores_nothing(
+    backend: str, js_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """A correct fix plus a regression that only a non-equality assertion of a test that holds another
+    value sees, plus a forger where the regression runs (docs/reliability.md 5k, red team 4): with the
+    check's subject held (`["ab"] | true`), the forged process never reports it: 0. With the checks'
+    values dropped, as the old grader held them, the same patch passes every test."""
+    require_backend(backend)
+    task, config = js_tasks[WRAP], SandboxConfig(backend=backend)
+    patch = patched(task, tmp_path, check_forger)
+    graded = grade_patch(task, patch, config)
+    assert graded.infra_error is None and graded.reward <= 0.0 and graded.correct < 1.0, graded
+    assert graded.pass_to_pass["test/wrap.hidden.test.ts::empty text has no lines"] == "failed"
+    live = grade_patch(without_check(task), patch, config)
+    assert live.infra_error is None and live.correct == 1.0 and live.reward > 0.9, live
+
+
 TREE_FORGERS: dict[str, tuple[str, str]] = {
     "package.json": ("package.json", '{"type": "module", "scripts": {"test": "true"}}\n'),
     "package-lock.json": ("package-lock.json", '{"lockfileVersion": 3}\n'),
@@ -256,15 +299,16 @@ def test_tests_and_assertions_are_read_from_source() -> None:
     spans = assertions_in(SOURCE, "adds (two) numbers.")
     assert [line for _, _, line in spans] == [4, 5]
     assert SOURCE[spans[1][0] : spans[1][1]] == 'assert.ok(`a ) paren` !== ")")'
-    found = equalities(SOURCE, "outer > inner > deep")
+    found = [e for e in equalities(SOURCE, "outer > inner > deep") if not e.check]
     assert [(e.line, e.actual, e.expected) for e in found] == [
         (10, "f({ a: [1, 2] })", '{ b: "}" }'),
         (12, "h()", "[1]"),
-    ]  # `.not.toBe` is no equality
+    ]  # `.not.toBe` is no equality: a check (of `g()`)
+    assert [e.line for e in equalities(SOURCE, "outer > inner > deep") if e.check] == [11]
     assert len(assertions_in(SOURCE, "outer > inner > deep")) == 3
     ((_, _, line, actual, expected),) = [
         (e.start, e.end, e.line, e.actual, e.expected) for e in equalities(SOURCE, "adds (two) numbers.")
-    ]
+    ]  # `assert.ok(LITERAL !== ")")` states its value in the text: no check
     assert (line, actual, expected) == (4, "add(1, 2)", "3")
     assert assertions_in(SOURCE, "outer > missing") == []
 

@@ -30,10 +30,7 @@ func TestLongWordStandsAlone(t *testing.T) {
 }
 
 func TestEmptyTextHasNoLines(t *testing.T) {
-	if got := len(Wrap("", 5)); got != 0 {
-		t.Errorf("lines = %d", got)
-	}
-	if got := len(Wrap("   ", 3)); got != 0 {
-		t.Errorf("lines = %d", got)
+	if got := append(append(Wrap("", 5), Wrap("   ", 3)...), Wrap(" a b ", 4)...); !reflect.DeepEqual(got, []string{"a b"}) {
+		t.Errorf("lines = %q", got)
 	}
 }

@@ -1,6 +1,9 @@
 package tally
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestMedianOfFour(t *testing.T) {
 	if got := MedianOr([]int{4, 1, 3, 2}, -1); got != 2.5 {
@@ -27,8 +30,8 @@ func TestMedianOfOdd(t *testing.T) {
 }
 
 func TestMedianOfNothing(t *testing.T) {
-	if _, ok := Median(nil); ok {
-		t.Errorf("Median(nil) is ok")
+	if got := fmt.Sprint(Median(nil)) + " / " + fmt.Sprint(Median([]int{6})); got != "0 false / 6 true" {
+		t.Errorf("Median(nil); Median(6) = %v", got)
 	}
 	if got := MedianOr(nil, 42.5); got != 42.5 {
 		t.Errorf("MedianOr(nil, 42.5) = %v", got)

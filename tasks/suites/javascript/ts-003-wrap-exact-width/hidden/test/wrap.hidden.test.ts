@@ -19,7 +19,7 @@ test("long word stands alone", () => {
 });
 
 test("empty text has no lines", () => {
-  const empty: number = lines("", 5).length + lines("   ", 3).length;
-  assert.strictEqual(empty, 0);
-  assert.ok(Array.isArray(lines("", 5)));
+  const blank: string[] = [...lines("", 5), ...lines("   ", 3), ...lines(" a b ", 4)];
+  assert.deepStrictEqual(blank, ["a b"]);
+  assert.ok(Array.isArray(lines(" ab ", 5)));
 });

@@ -2,7 +2,9 @@ package tally;
 
 import static org.junit.Assert.assertEquals;
 
+import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.List;
 import org.junit.Test;
 
 public class WrapHiddenTest {
@@ -25,7 +27,9 @@ public class WrapHiddenTest {
 
     @Test
     public void emptyTextHasNoLines() {
-        assertEquals(0, Text.wrap("", 5).size());
-        assertEquals(0, Text.wrap("   ", 3).size());
+        List<String> lines = new ArrayList<>(Text.wrap("", 5));
+        lines.addAll(Text.wrap("   ", 3));
+        lines.addAll(Text.wrap(" a b ", 4));
+        assertEquals(Arrays.asList("a b"), lines);
     }
 }
