@@ -226,10 +226,12 @@ def _check(call: str, inside_at: int, name: str) -> str | None:
     if name in NO_SUBJECT or _ranged(name, inside):
         return None
     spans = [(a, b) for a, b in split_arguments(inside, _skip) if not NO_VALUE.fullmatch(inside[a:b].strip())]
+    expected = "null"
     if name.startswith("assertThrows"):
-        spans = [
-            (a, b) for a, b in split_arguments(inside, _skip) if "->" in inside[a:b] or "::" in inside[a:b]
-        ]
+        parts = split_arguments(inside, _skip)
+        spans = [(a, b) for a, b in parts if "->" in inside[a:b] or "::" in inside[a:b]]
+        classes = [inside[a:b].strip() for a, b in parts if inside[a:b].strip().endswith(".class")]
+        expected = classes[0] if classes else "null"
     if (
         not spans
         or given_away(inside[slice(*spans[-1])], TAPPING)
@@ -240,7 +242,7 @@ def _check(call: str, inside_at: int, name: str) -> str | None:
         inner = inside[a:b].strip()
         at = inside.index(inner, a)
         wrapped = (
-            f"HarnessObserve.thrown({SLOT}, {PROBE}, {inner})" if name.startswith("assertThrows")
+            f"HarnessObserve.thrown({SLOT}, {PROBE}, {expected}, {inner})" if name.startswith("assertThrows")
             else f"HarnessObserve.check({SLOT}, {PROBE}, {tapped(inner, TAPPING)})" if n == len(spans) - 1
             else TAPPING.tap.replace("{}", inner)
         )  # fmt: skip
@@ -305,8 +307,10 @@ final class HarnessObserve {
     static byte check(int s, boolean p, byte v) { seen(s, p, render(v)); return v; }
     static boolean check(int s, boolean p, boolean v) { seen(s, p, render(v)); return v; }
 
-    private static String threw(Throwable t) {
-        return "threw " + t.getClass().getName() + ": " + render(t.getMessage());
+    private static String threw(Class<?> expected, Throwable t) {
+        // The class the assertion names where the thrown one is of it (assertThrows takes a subclass).
+        Class<?> shown = expected != null && expected.isInstance(t) ? expected : t.getClass();
+        return "threw " + shown.getName() + ": " + render(t.getMessage());
     }
 
     static void probe(int slot, Object expected, Object actual) {
@@ -359,12 +363,17 @@ final class HarnessObserve {
             return "{" + String.join(", ", entries) + "}";
         }
         if (v instanceof java.util.Set) return all((java.util.Set<?>) v, "{", "}", true);
-        if (v instanceof java.util.Collection) return all((java.util.Collection<?>) v, "[", "]", false);
+        if (v instanceof java.util.List) return all((java.util.List<?>) v, "[", "]", false);
         if (v instanceof java.util.Optional) {
             java.util.Optional<?> o = (java.util.Optional<?>) v;
             return o.isPresent() ? "Optional[" + render(o.get()) + "]" : "Optional.empty";
         }
-        return String.valueOf(v).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r");
+        String text = String.valueOf(v).replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r");
+        // A value of the JDK's own types reads as its text; any other (a Number or Collection of the code
+        // under test's own, a class whose toString says 5) with its class, as equals would tell them apart.
+        String type = v.getClass().getName();
+        if (v instanceof java.util.Collection) return type + all((java.util.Collection<?>) v, "[", "]", false);
+        return type.startsWith("java.") ? text : type + "(" + text + ")";
     }
 
     private static String all(Iterable<?> items, String open, String close, boolean sorted) {
@@ -398,9 +407,9 @@ THROWN = {
 }
 """What `assertThrows` takes, JUnit 5's and JUnit 4's, -> its method."""
 THROWN_METHOD = """
-    static KIND thrown(int s, boolean p, KIND e) {
+    static KIND thrown(int s, boolean p, Class<?> expected, KIND e) {
         return () -> {
-            try { e.RUN(); } catch (Throwable t) { seen(s, p, threw(t)); throw t; }
+            try { e.RUN(); } catch (Throwable t) { seen(s, p, threw(expected, t)); throw t; }
             seen(s, p, "returned");
         };
     }

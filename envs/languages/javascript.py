@@ -303,12 +303,20 @@ LOAD = (
     TRANSPILE
     + r"""
 const path = require("path"), util = require("util"), assert = require("assert");
+const keyed = (v, keys) => "{" + keys.sort().map((k) => JSON.stringify(k) + ": " + render(v[k])).join(", ") + "}";
+const listed = (v) => {
+  const items = [];
+  for (let i = 0; i < v.length; i++) items.push(render(v[i]));
+  const proto = Object.getPrototypeOf(v);
+  const extra = Object.keys(v).filter((k) => !(String(Number(k)) === k && Number(k) < v.length));
+  return (proto === Array.prototype ? "" : String(proto?.constructor?.name) + " ")
+    + "[" + items.join(", ") + "]" + (extra.length ? " " + keyed(v, extra) : "");
+};
 const render = (v) => typeof v === "string" ? JSON.stringify(v)
-  : Array.isArray(v) ? "[" + v.map(render).join(", ") + "]"
-  : v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype
-    ? "{" + Object.keys(v).sort().map((k) => JSON.stringify(k) + ": " + render(v[k])).join(", ") + "}"
+  : Array.isArray(v) ? listed(v)
+  : v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype ? keyed(v, Object.keys(v))
   : typeof v === "bigint" ? v + "n" : Object.is(v, -0) ? "-0"
-  : util.inspect(v, { depth: null, sorted: true, breakLength: Infinity, maxArrayLength: null });
+  : util.inspect(v, { depth: null, sorted: true, breakLength: Infinity, maxArrayLength: null, customInspect: false });
 const report = (slot, text) => { fs.writeSync(1, "\nharness-observe " + slot + " " + text + "\n"); };
 globalThis.harness_observe = (slot, value) => report(slot, render(value));
 const taps = new Map(), reported = (slot, probe, text) => {

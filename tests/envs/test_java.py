@@ -536,3 +536,30 @@ def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> Non
         "harness-observe -10 2",
         "failed: expected: <2> but was: <2.5>",
     ]
+
+
+RED_TEAM_5 = Path(__file__).parents[1] / "data" / "forgers" / "red_team_5"
+
+
+@pytest.mark.parametrize(
+    ("patch", "task_id", "correct"),
+    [
+        ("D_tostring.patch", "java-002-rpn-operand-order", False),
+        ("G_collection.patch", "java-003-wrap-exact-width", False),
+        ("E_subclass.patch", "java-002-rpn-operand-order", True),
+    ],
+)
+def test_red_team_5_held_values_are_as_strict_as_the_tests(patch: str, task_id: str, correct: bool) -> None:
+    """Red team 5 (docs/reliability.md 5k), each the correct fix plus: `eval` returning a Number of its own
+    whose toString reads like the int (D), `wrap` returning a Collection that is no List (G): JUnit's
+    assertEquals fails both, and the held renderings now carry a type that is not the JDK's (was 0.92 and
+    0.958). (E) an honest fix that throws a subclass of the RpnException the test's assertThrows names:
+    JUnit passes it, and the held check now reports the named class where the thrown one is of it (was 0)."""
+    require_backend("bwrap")
+    task = {t.id: t for t in load_suite(str(SUITE))}[task_id]
+    graded = grade_patch(task, (RED_TEAM_5 / patch).read_text(), SandboxConfig(backend="bwrap"))
+    assert graded.infra_error is None, graded.infra_error
+    if correct:
+        assert graded.correct == 1.0 and graded.reward > 0.9, graded
+    else:
+        assert graded.correct < 1.0 and graded.reward < 0.5, graded

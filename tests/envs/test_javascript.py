@@ -399,3 +399,21 @@ def test_runner_settings_the_red_team_found_are_dropped() -> None:
         assert own_rule(path, b"") is not None, path
     for path in ("src/calc.js", "src/workspace.js", "test/vitest.js"):
         assert own_rule(path, b"") is None, path
+
+
+RED_TEAM_5 = Path(__file__).parents[1] / "data" / "forgers" / "red_team_5"
+
+
+@pytest.mark.parametrize(
+    ("patch", "task_id"),
+    [("B_extraprop.patch", "ts-003-wrap-exact-width"), ("F_inspect.patch", "ts-004-median-even-count")],
+)
+def test_red_team_5_values_of_another_shape_are_told_apart(patch: str, task_id: str) -> None:
+    """Red team 5 (docs/reliability.md 5k): the correct fix, but `wrap` returns arrays with an extra own
+    property (B), or `medianOr` an object whose custom inspection prints the number (F). The tests'
+    deepStrictEqual/strictEqual fail such values; the held renderings now tell them apart too (the array's
+    own keys and prototype, objects inspected without their custom inspection). Was 1.0 and 0.94."""
+    require_backend("bwrap")
+    task = {t.id: t for t in load_suite("javascript")}[task_id]
+    graded = grade_patch(task, (RED_TEAM_5 / patch).read_text(), SandboxConfig(backend="bwrap"))
+    assert graded.infra_error is None and graded.correct < 1.0 and graded.reward < 0.5, graded

@@ -76,7 +76,7 @@ JS_CHECKS = {
 JAVA_CHECKS = {
     "assertTrue(Stats.median().isEmpty())": "assertTrue(HarnessObserve.check(S, P, HarnessObserve.tap(S, "
     "Stats.median()).isEmpty()))",
-    'assertThrows(E.class, () -> Rpn.eval("1 0 /"))': "assertThrows(E.class, HarnessObserve.thrown(S, P, () "
+    'assertThrows(E.class, () -> Rpn.eval("1 0 /"))': "assertThrows(E.class, HarnessObserve.thrown(S, P, E.class, () "
     '-> Rpn.eval("1 0 /")))',
     'assertFalse("m", a.size() > 2)': None,  # a range
     "assertEquals(2.5, Stats.mean(xs), 1e-9)": None,  # a delta
