@@ -385,12 +385,13 @@ class RunView:
             self._segment(s, row, snapshot.records.get((t.id, s.index)), i + 1 < len(t.segments), bonuses[i])
             for i, s in enumerate(t.segments)
         ]
+        critiques = self.critiques()  # read once for both sides
         return TrajectoryDetail(
             row=row, policy=t.policy, seed=t.seed, trainable=t.trainable, ids_verified=t.ids_verified,
             status_reason=t.status_reason, summaries=t.summaries, segments=segments,
             final_diff=t.final_diff, grade=t.grade, metrics=t.metrics, timings=t.timings,
-            critiques=[c for c in self.critiques() if c.failed_id == t.id],
-            critique_of=next((c for c in self.critiques() if c.refined_id == t.id), None),
+            critiques=[c for c in critiques if c.failed_id == t.id],
+            critique_of=next((c for c in critiques if c.refined_id == t.id), None),
         )  # fmt: skip
 
     def _segment(
