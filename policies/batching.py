@@ -272,6 +272,10 @@ class Sequence:
         )  # fmt: skip
 
 
+class SamplerClosed(RuntimeError):
+    """A generation asked of, or left unfinished by, a closed `BatchScheduler`."""
+
+
 class BatchScheduler:
     """The thread that owns the model and decodes every live sequence together (the module docstring).
 
@@ -315,10 +319,13 @@ class BatchScheduler:
         """The weights (version, in-place changes) that computed the cache's keys and values."""
         self._wake = threading.Condition()
         self._thread: threading.Thread | None = None
+        self._closed = False
 
     def submit(self, sequence: Sequence) -> Generation:
         """Queues `sequence`, waits until it is done, and returns what it sampled."""
         with self._wake:
+            if self._closed:
+                raise SamplerClosed("the sampler was closed before this generation began")
             self._waiting.append(sequence)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._serve, name="harness-batch", daemon=True)
@@ -339,13 +346,37 @@ class BatchScheduler:
                 raise sequence.error
         return [s.generation() for s in sequences]
 
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Stops the decode thread after its current step; the sequences it had not finished end with
+        `SamplerClosed`. A daemon thread left inside the model's forward when the interpreter exits aborts
+        the process (CPython ends it where the C++ code below cannot unwind), so a run that ends early,
+        by Ctrl-C, closes the sampler first."""
+        with self._wake:
+            self._closed = True
+            self._wake.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
     def _serve(self) -> None:
         with cpu_threads(self.threads):  # the thread's own count: a learner beside it keeps its own
             while True:
                 with self._wake:
-                    while not self._admit():
+                    while not self._closed and not self._admit():
                         self._wake.wait()
+                    if self._closed:
+                        unfinished = [*self._decoding, *self._filling, *self._waiting]
+                        self._waiting.clear()
+                        self._fail(unfinished, SamplerClosed("the sampler was closed"))
+                        return
                 self._step()
+
+    def _fail(self, sequences: list[Sequence], error: BaseException) -> None:
+        """Every one of `sequences` told why it ends without its generation; the cache let go."""
+        for sequence in sequences:
+            sequence.error = error
+            sequence.done.set()
+        self._decoding, self._filling, self._shared = [], [], None
+        self.cache = SlotCache(self.model)
 
     def _admit(self) -> bool:
         """Waiting prompts start prefilling while there is room; whether there is work."""
@@ -363,11 +394,7 @@ class BatchScheduler:
                     self._prefill()
                 self.steps += 1
         except BaseException as e:  # every sequence in the cache is lost with it; they are told why
-            for sequence in [*self._decoding, *self._filling]:
-                sequence.error = e
-                sequence.done.set()
-            self._decoding, self._filling, self._shared = [], [], None
-            self.cache = SlotCache(self.model)
+            self._fail([*self._decoding, *self._filling], e)
         if not self._decoding and not self._filling:
             self.cache = SlotCache(self.model)  # idle: its memory goes back
 

@@ -143,6 +143,10 @@ class HFPolicy:
     def stop_ids(self) -> list[int]:
         return list(self._stop_ids)
 
+    def close(self) -> None:
+        """Ends the batched sampler's thread (`BatchScheduler.close`); generations still waiting fail."""
+        self._scheduler.close()
+
     def generate(self, prompt_ids: list[int], params: SamplingParams) -> Generation:
         vocab_size = self.model.config.vocab_size
         if not prompt_ids:

@@ -46,9 +46,17 @@ class LocalRollouts:
     """Episodes in this process: C at a time in worker threads driven by asyncio, sandboxes pooled per
     task and reset between episodes."""
 
-    def __init__(self, policy: Policy, config: RolloutConfig, pool: SandboxPool | None = None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        config: RolloutConfig,
+        pool: SandboxPool | None = None,
+        owns_policy: bool = False,
+    ) -> None:
         self.policy, self.config = policy, config
         self.pool = pool or SandboxPool(config.sandbox)
+        self.owns_policy = owns_policy
+        """Whether `close` closes the policy too (one this object made from `config.policy`)."""
 
     def run_batch(
         self, jobs: list[Job], save: Callable[[Trajectory], object], stop: threading.Event | None = None
@@ -95,13 +103,18 @@ class LocalRollouts:
 
     def close(self) -> None:
         self.pool.close_all()
+        close_policy = getattr(self.policy, "close", None)  # an in-process sampler's thread, a client
+        if self.owns_policy and close_policy is not None:
+            close_policy()
 
 
 def make_rollouts(config: RolloutConfig, policy: Policy | None = None) -> Rollouts:
     """The rollouts `config` asks for: on Ray workers with `cluster.address` (which build their policy from
     `config.policy`), else in this process with `policy` (or the one `config.policy` names)."""
     if config.cluster.address is None:
-        return LocalRollouts(policy or make_policy(config.policy), config)
+        if policy is None:
+            return LocalRollouts(make_policy(config.policy), config, owns_policy=True)
+        return LocalRollouts(policy, config)
     if policy is not None:
         raise ValueError("cluster.address is set: the workers build the policy from `policy`, pass none")
     from harness.rollouts.cluster import ClusterRollouts  # Ray is imported only when asked for

@@ -685,7 +685,10 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
             AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
         )
     writer = MetricsWriter(config.rollout.out, config.log, config.model_dump(mode="json"))
-    closers = [batches.close, rollouts.close, writer.close, *([server.close] if server is not None else [])]
+    # The stop first (nothing unfinished is saved after it), then the sampler's thread, so no episode waits
+    # on a generation and no thread is inside the model when the process exits.
+    closers = [stop.set, policy.close, batches.close, rollouts.close, writer.close]
+    closers += [server.close] if server is not None else []
     teacher: Any = None
     if config.credit.mode != "outcome" and config.credit.teacher_via == "server":
         teacher = server  # the sampler's servers hold the current policy's weights

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 
 from policies import shared_prefix
 from policies.base import Generation, SamplingParams
-from policies.batching import BatchScheduler, Sequence, sample_rows
+from policies.batching import BatchScheduler, SamplerClosed, Sequence, sample_rows
 from policies.hf import HFPolicy, sequence_logprobs
 from policies.shared_prefix import common_prefix
 
@@ -178,6 +178,33 @@ def test_a_step_that_fails_tells_every_sequence_and_the_next_request_runs(tiny_m
     assert_agree(
         policy, prompt(0, 10), alone(policy, prompt(0, 10), params), policy.generate(prompt(0, 10), params)
     )
+
+
+def test_closing_ends_the_decode_thread_and_fails_what_it_had_not_finished(tiny_policy: HFPolicy) -> None:
+    """CI, stop 50: a Ctrl-C'd `harness train` died of SIGABRT ("terminate called without an active
+    exception"): its daemon decode thread was still inside the model's forward when the interpreter shut
+    down. Closing stops that thread after its current step, and every generation in flight or waiting
+    ends with `SamplerClosed` at once instead of decoding on (no stop ids: none can end by itself)."""
+    scheduler = BatchScheduler(tiny_policy.model, [], lambda: 0, threading.Lock(), max_batch=2)
+    long = SamplingParams(max_new_tokens=3000, seed=0)
+
+    def generate(n: int) -> Generation:
+        return scheduler.submit(Sequence(prompt(n, 20), long, torch.Generator().manual_seed(n)))
+
+    with ThreadPoolExecutor(3) as pool:
+        futures = [pool.submit(generate, n) for n in range(3)]  # two decoding, one waiting its turn
+        while scheduler.steps < 5:
+            time.sleep(0.01)
+        thread = scheduler._thread
+        assert thread is not None and thread.is_alive()
+        started = time.monotonic()
+        scheduler.close()
+        for future in futures:
+            with pytest.raises(SamplerClosed, match="closed"):
+                future.result(timeout=30)
+    assert not thread.is_alive() and time.monotonic() - started < 10
+    with pytest.raises(SamplerClosed, match="before this generation began"):
+        generate(0)
 
 
 def test_a_next_turn_reuses_the_last_context_and_gets_what_it_gets_alone(tiny_model_path: Path) -> None:
