@@ -3,7 +3,6 @@ both backends, forgers in the test process and in the tree scored nothing, and i
 
 from __future__ import annotations
 
-import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -152,7 +151,7 @@ def unheld_forger(tree: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+@pytest.mark.parametrize("backend", ["bwrap"])  # the held values' comparison is the parent's: CI's time
 def test_red_team_3_forgers_score_nothing(backend: str, js_tasks: dict[str, Task], tmp_path: Path) -> None:
     """A correct fix plus a regression plus a forgery (docs/reliability.md 5k, red team 3): (A) a visible
     test file's PASS_TO_PASS test catches the regression, forged where a file reports nothing: every named
@@ -193,7 +192,7 @@ def without_check(task: Task) -> Task:
     )
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "docker"])
+@pytest.mark.parametrize("backend", ["bwrap"])  # the held values' comparison is the parent's: CI's time
 def test_red_team_4_forger_of_an_unheld_check_scores_nothing(
     backend: str, js_tasks: dict[str, Task], tmp_path: Path
 ) -> None:
@@ -260,16 +259,21 @@ def test_the_judge_applies_javascript_rules(js_tasks: dict[str, Task], tmp_path:
 
 @pytest.mark.parametrize("backend", ["bwrap", "docker"])
 def test_tree_forgers_are_dropped(backend: str, js_tasks: dict[str, Task], tmp_path: Path) -> None:
-    """Each leaves the bug and adds what would change how the tests load or run: the path is dropped with
-    its reason, and the grade is the unfixed tree's (0)."""
+    """One patch leaves the bug and adds each of these (what would change how the tests load or run):
+    every path is dropped with its reason, and the grade is the unfixed tree's (0). One grade for all of
+    them: a forger not dropped is named by `dropped_why` whatever the others do."""
     require_backend(backend)
     task, config = js_tasks[RPN], SandboxConfig(backend=backend)
-    for name in ("package.json", "node_modules/assert/index.js", "test/rpn.hidden.test.js", ".npmrc"):
-        path, text = TREE_FORGERS[name]
-        edit = functools.partial(add_file, path=path, text=text)
-        graded = grade_patch(task, patched(task, tmp_path / name.replace("/", "_"), edit), config)
-        assert graded.infra_error is None and path in graded.dropped_why, (path, graded.dropped_why)
-        assert graded.correct == 0.0 and graded.reward <= 0.0, path
+    names = ("package.json", "node_modules/assert/index.js", "test/rpn.hidden.test.js", ".npmrc")
+
+    def edit(tree: Path) -> None:
+        for name in names:
+            add_file(tree, *TREE_FORGERS[name])
+
+    graded = grade_patch(task, patched(task, tmp_path, edit), config)
+    assert graded.infra_error is None, graded.infra_error
+    assert set(names) <= set(graded.dropped_why), graded.dropped_why
+    assert graded.correct == 0.0 and graded.reward <= 0.0
 
 
 SOURCE = """const { describe, it, test } = require("node:test");

@@ -196,15 +196,20 @@ TREE_FORGERS: dict[str, Callable[[Path], None]] = {
 def test_runner_settings_and_outputs_in_the_tree_are_dropped(
     backend: str, rust_tasks: dict[str, Task], tmp_path: Path
 ) -> None:
-    """Each tree forger leaves the bug and adds what would change how cargo builds or runs the tests: the
-    path is dropped with its reason, and the grade is the unfixed tree's (0)."""
+    """One patch leaves the bug and adds every tree forger (each what would change how cargo builds or
+    runs the tests): each path is dropped with its reason, and the grade is the unfixed tree's (0). One
+    grade for all of them: a forger not dropped is named by `dropped_why` whatever the others do."""
     require_backend(backend)
     task, config = rust_tasks[RPN], SandboxConfig(backend=backend)
-    for path, edit in TREE_FORGERS.items():
-        graded = grade_patch(task, patched(task, tmp_path / path.replace("/", "_"), edit), config)
-        assert graded.infra_error is None, graded.infra_error
-        assert path in graded.dropped_why, (path, graded.dropped_why)
-        assert graded.correct == 0.0 and graded.reward <= 0.0, path
+
+    def every_forger(tree: Path) -> None:
+        for edit in TREE_FORGERS.values():
+            edit(tree)
+
+    graded = grade_patch(task, patched(task, tmp_path, every_forger), config)
+    assert graded.infra_error is None, graded.infra_error
+    assert set(TREE_FORGERS) <= set(graded.dropped_why), graded.dropped_why
+    assert graded.correct == 0.0 and graded.reward <= 0.0
 
 
 def test_the_judge_applies_rust_rules(rust_tasks: dict[str, Task], tmp_path: Path) -> None:
@@ -512,3 +517,165 @@ def test_go_probes_build_in_a_module_older_than_generics(tmp_path: Path) -> None
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.count("harness-observe ") >= 2 * len(probed.slots)
+
+
+def test_a_condition_is_negated_as_a_test_would_write_it() -> None:
+    """One top-level comparison flipped, a leading `!` dropped or one added, anything else `!( )`; strings,
+    runes and brackets are not read as operators."""
+    from envs.process_grading import negation
+
+    assert negation("err != nil") == "err == nil"
+    assert negation("len(xs) > 0") == "len(xs) <= 0"
+    assert negation("a & b == 0") == "a & b != 0"  # `&` binds tighter than `==` in Go and Rust
+    assert negation("!ok") == "ok"
+    assert negation("!reflect.DeepEqual(got, []int{1})") == "reflect.DeepEqual(got, []int{1})"
+    assert negation('args.contains(["-h", "a != b"])') == '!args.contains(["-h", "a != b"])'
+    assert negation("a == b && c") == "!(a == b && c)"
+    assert negation("'<' == c") == "'<' != c"
+    assert negation("<-ch != 1") == "!(<-ch != 1)"
+    assert negation("!*flag") == "!(!*flag)"
+
+
+GO_CHECKS = """package p
+
+func TestA(t *testing.T) {
+	if err := Parse("a; b", `x{`); err != nil {
+		t.Fatal(err)
+	}
+	if !ok &&
+		other(1) {
+		t.Errorf("x")
+	}
+}
+"""
+
+
+def test_go_checks_are_negated_after_their_init_statement_lines_kept() -> None:
+    from envs.languages.go import assertions_in, negated
+
+    (first, start1, _), (second, start2, _) = [
+        (negated(GO_CHECKS, s, e), s, line) for s, e, line in assertions_in(GO_CHECKS, "TestA")
+    ]
+    assert first == GO_CHECKS.replace("err != nil {", "err == nil {")  # the `;` in the string is no init's
+    assert second == GO_CHECKS.replace("!ok &&\n\t\tother(1) {", "!(!ok &&\n\t\tother(1)) {")
+    assert first.count("\n") == second.count("\n") == GO_CHECKS.count("\n")
+    assert [line for *_, line in assertions_in(second, "TestA")] == [5, 9]
+    assert negated(GO_CHECKS, start1 + 1, start2) is None  # no `if` there
+
+
+RUST_CHECKS = """#[test]
+fn parses() {
+    assert!(args.contains(["-h", "--help"]), "no {} in {:?}", "-h", args);
+    assert!(
+        !value.is_err()
+    );
+    assert_eq!(args.finish(), None);
+}
+"""
+
+
+def test_rust_assertions_are_negated_their_message_kept() -> None:
+    from envs.languages.rust import negated
+
+    found = [negated(RUST_CHECKS, s, e) for s, e, _ in assertions_in(RUST_CHECKS, "parses")]
+    assert found == [
+        RUST_CHECKS.replace("assert!(args", "assert!(!args"),
+        RUST_CHECKS.replace("!value.is_err()", "value.is_err()"),
+        RUST_CHECKS.replace("assert_eq!", "assert_ne!"),
+    ]
+    assert all(f is not None and f.count("\n") == RUST_CHECKS.count("\n") for f in found)
+
+
+ERR_TESTS = """package tally
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestSubtractsInWrittenOrder(t *testing.T) {
+	err := evaluates("7 2 -", 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = evaluates("2 9 -", -7)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNestedSubtraction(t *testing.T) {
+	err := evaluates("10 2 3 - -", 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = evaluates("4 6 * 3 -", 21)
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestDividesInWrittenOrder(t *testing.T) {
+	strict := false
+	err := evaluates("8 2 /", 4)
+	if err != nil {
+		if strict {
+			t.Fatal(err)
+		}
+	}
+	err = evaluates("7 2 /", 3)
+	if err != nil {
+		t.Error(err)
+		t.Error("and again")
+	}
+}
+
+func evaluates(expr string, want int) error {
+	if got := Eval(expr); got != (Result{Value: want}) {
+		return fmt.Errorf("Eval(%q) = %+v", expr, got)
+	}
+	return nil
+}
+"""
+"""go-002's hidden tests as spf13/pflag writes its checks: `if err != nil { t.Fatal(err) }`, no literal to
+change and a guessable value (`<nil>`). TestDividesInWrittenOrder's checks negated pass on the gold patch
+(the first) or fail at two lines (the second): no canary of them may be kept."""
+
+
+def test_err_checks_are_watched_by_negated_canaries_and_a_forger_scores_nothing(tmp_path: Path) -> None:
+    """Unwatched before (nothing to change in `if err != nil`); validation keeps a negated canary of each
+    FAIL_TO_PASS check (each failing on the gold patch at its own line, none of the PASS_TO_PASS test's);
+    a forger that ends Eval's process as a passing `go test` run scores 1.0 with no canary and 0 with them,
+    which are then all the task has."""
+    from envs.languages.go import GO
+
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    task = {t.id: t for t in load_suite("go")}[GO_RPN]
+    path, f2p = "rpn_hidden_test.go", ["TestSubtractsInWrittenOrder", "TestNestedSubtraction"]
+    p2p = f"{path}::TestDividesInWrittenOrder"
+    hidden = task.hidden_tests.model_copy(
+        update={"files": {path: ERR_TESTS}, "computed": {}, "canaries": [],
+                "fail_to_pass": [f"{path}::{t}" for t in f2p], "pass_to_pass": [p2p]}
+    )  # fmt: skip
+    task = task.model_copy(update={"hidden_tests": hidden})
+    assert GO.unwatched(task, []) == [*hidden.fail_to_pass, p2p]
+    kept, tried, undecided = GO.verify_canaries(task, config)
+    assert not undecided and tried == 6, (tried, undecided)
+    assert sorted((c.test, c.lines[0]) for c in kept) == [
+        ("TestNestedSubtraction", 22), ("TestNestedSubtraction", 26),
+        ("TestSubtractsInWrittenOrder", 11), ("TestSubtractsInWrittenOrder", 15),
+    ]  # fmt: skip
+    assert all(c.mutation.endswith("condition negated") and "err == nil {" in c.source for c in kept)
+    assert GO.unwatched(task, kept) == [p2p]  # validate --drop-unwatched leaves it out
+    task = task.model_copy(
+        update={"hidden_tests": hidden.model_copy(update={"pass_to_pass": [], "canaries": kept})}
+    )
+    assert GO.unwatched(task, kept) == []
+    assert grade_patch(task, task.gold_patch or "", config).correct == 1.0
+    forger = patched(task, tmp_path, go_forger)
+    live = grade_patch(task, forger, config, trial=[])
+    assert live.infra_error is None and live.correct == 1.0, live
+    caught = grade_patch(task, forger, config)
+    assert caught.infra_error is None and caught.correct == 0.0 and caught.reward <= 0.0, caught
+    assert caught.tampering and set(caught.canaries.values()) == {"passed"}
