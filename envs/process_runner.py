@@ -91,7 +91,10 @@ def _read_output(out: Any) -> tuple[str, list[str]]:
             observed.append(raw[len(OBSERVE) :].decode("utf-8", "replace").rstrip("\n")[:MAX_VALUE])
     size = out.tell()
     out.seek(max(0, size - TAIL))
-    return out.read().decode("utf-8", "replace"), observed
+    tail = out.read()
+    if size > TAIL and b"\n" in tail[:-1]:  # from the first whole line: a cut one misquotes (`rror: ...`)
+        tail = tail[tail.index(b"\n") + 1 :]
+    return tail.decode("utf-8", "replace"), observed
 
 
 def _environment(plan: dict[str, Any]) -> dict[str, str]:
