@@ -61,6 +61,10 @@ class Equality:
     """A check of another kind (`assert.ok(P(x))`, `assertThrows(...)`): `actual` is then the assertion's
     own text with what decides it reported as one value, `SLOT` and `PROBE` (`envs/languages/source_text`)
     in place of its slot and whether it probes; `expected` is ''. The assertion itself still runs."""
+    opening: tuple[int, str] | None = None
+    """(offset, text) inserted there too when this assertion is rewritten: the start of a check whose
+    replaced span closes it (`try {` of a JUnit 4 `@Test(expected = ...)` body, which its closing brace's
+    `catch` reports), so that the assertions inside keep their own rewrites. No newline in it."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +99,8 @@ def rewrite(language: Any, source: str, tests: list[str], held: Held, probe: boo
             slot = len(slots)
             slots[slot] = Slot(test, eq.line, None if probe else str(decode(held[(test, eq.line)])))
             edits.append((eq.start, eq.end, _rewritten(language, slot, eq, probe, source)))
+            if eq.opening is not None:
+                edits.append((eq.opening[0], eq.opening[0], eq.opening[1]))
     if not edits:
         return Rewritten(source)
     for start, end, text in sorted(edits, reverse=True):

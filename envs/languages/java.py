@@ -29,7 +29,8 @@ in decimal, a whole floating one as the integer it equals, arrays and collection
 own standard output (not `System.out`, which the code under test can replace). Probing, both sides are
 reported and compared as JUnit compares them. Every other assertion with a value is a check (`_check`):
 its operands reported in place as one value (`HarnessObserve.tap`, `check`), or, for `assertThrows`, what
-its executable threw (`thrown`). The judge drops, beside Python's rules, Maven's and
+its executable threw (`thrown`); so is JUnit 4's `@Test(expected = X.class)`, its body wrapped to report
+what it threw (`expected`). The judge drops, beside Python's rules, Maven's and
 Gradle's build files (`pom.xml`: Surefire's `skipTests`, `testFailureIgnore`, plugins, dependencies),
 `.mvn/` and the wrappers, test sources (`src/test/`), JUnit's settings and Java service files
 (`junit-platform.properties`, `META-INF/services/`: an extension, listener or engine in every test's JVM),
@@ -137,13 +138,30 @@ def _line(source: str, at: int) -> int:
     return source.count("\n", 0, at) + 1
 
 
+EXPECTED = re.compile(r"\bexpected\s*=\s*([\w.]+\.class)")
+"""JUnit 4's `@Test(expected = X.class)`: the test passes where its body throws an X."""
+
+
+def _expected(source: str, test: str) -> tuple[int, int, str] | None:
+    """(start, end, class literal) of `test`'s `@Test(expected = X.class)` annotation, if it has one."""
+    found = [m for m in TEST_METHOD.finditer(source) if m.group(1) == test]
+    annotation = source[found[0].start() : source.find(")", found[0].start()) + 1] if found else ""
+    named = EXPECTED.search(annotation) if annotation.startswith(("@Test(", "@org.junit.Test(")) else None
+    if not found or named is None:
+        return None
+    return found[0].start(), found[0].start() + len(annotation), named.group(1)
+
+
 def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
     """(start, end, line) of each `assertX(...)`/`fail(...)` call in `test`'s body: the call's span, and
-    the line of its `(`, which javac gives the call (the line a failure's stack frame names)."""
+    the line of its `(`, which javac gives the call (the line a failure's stack frame names); first, the
+    span and line of a JUnit 4 `@Test(expected = X.class)` annotation, which asserts the body throws."""
     body = _body(source, test)
     if body is None:
         return []
-    spans, at = [], body[0]
+    expected = _expected(source, test)
+    spans = [] if expected is None else [(expected[0], expected[1], _line(source, expected[0]))]
+    at = body[0]
     while (m := ASSERT.search(source, at, body[1])) is not None:
         if _inside_literal(source, body[0], m.start()):
             at = m.end()
@@ -168,7 +186,7 @@ def _inside_literal(source: str, start: int, at: int) -> bool:
 def equalities(source: str, test: str) -> list[Equality]:
     """Each two-argument `assertEquals(EXPECTED, ACTUAL)` or `assertArrayEquals` of `test`; every other
     assertion of it as a check (`_check`)."""
-    found = []
+    found = [] if (thrown := _expected_check(source, test)) is None else [thrown]
     for start, end, line in assertions_in(source, test):
         head = ASSERT.match(source, start)
         if head is None:
@@ -179,6 +197,25 @@ def equalities(source: str, test: str) -> list[Equality]:
         elif (check := _check(source[start:end], head.end() - start, head.group(1))) is not None:
             found.append(Equality(start, end, line, check, "", check=True))
     return found
+
+
+def _expected_check(source: str, test: str) -> Equality | None:
+    """A JUnit 4 `@Test(expected = X.class)` held as a check of what the body threw, as `assertThrows` is
+    (`thrown`): the body wrapped in `try {` (after its opening brace) and a `catch` (at its closing brace)
+    that reports the throwable and throws it on, both on their own lines' ends, so that no line moves and
+    the assertions inside keep their rewrites. A body that throws nothing fails under JUnit and reports
+    nothing."""
+    expected, body = _expected(source, test), _body(source, test)
+    if expected is None or body is None:
+        return None
+    closing_text = (
+        f"}} catch (Throwable harnessThrown) {{ HarnessObserve.expected({SLOT}, {PROBE}, {expected[2]}, "
+        "harnessThrown); throw harnessThrown; } }"
+    )
+    return Equality(
+        body[1] - 1, body[1], _line(source, expected[0]), closing_text, "", check=True,
+        opening=(body[0] + 1, " try {"),
+    )  # fmt: skip
 
 
 TAPPING = Tapping(
@@ -306,6 +343,8 @@ final class HarnessObserve {
     static short check(int s, boolean p, short v) { seen(s, p, render(v)); return v; }
     static byte check(int s, boolean p, byte v) { seen(s, p, render(v)); return v; }
     static boolean check(int s, boolean p, boolean v) { seen(s, p, render(v)); return v; }
+
+    static void expected(int s, boolean p, Class<?> expected, Throwable t) { seen(s, p, threw(expected, t)); }
 
     private static String threw(Class<?> expected, Throwable t) {
         // The class the assertion names where the thrown one is of it (assertThrows takes a subclass).

@@ -29,8 +29,11 @@ from envs.languages.java import (
 from envs.process_grading import plan_process_run, text_canaries
 from envs.sandbox import SandboxConfig
 from envs.validation import validate_task
+from tasks.canaries import load_canaries
+from tasks.computed import load_computed
 from tasks.model import Task
 from tasks.patches import diff_trees
+from tasks.plain import decode
 from tasks.suite import load_suite
 from tests.conftest import require_backend
 
@@ -563,3 +566,93 @@ def test_red_team_5_held_values_are_as_strict_as_the_tests(patch: str, task_id: 
         assert graded.correct == 1.0 and graded.reward > 0.9, graded
     else:
         assert graded.correct < 1.0 and graded.reward < 0.5, graded
+
+
+JUNIT4_HIDDEN = """package tally;
+
+import static org.junit.Assert.assertEquals;
+
+import org.junit.Test;
+
+public class RpnHiddenTest {
+    @Test
+    public void subtractsInWrittenOrder() {
+        assertEquals(5, Rpn.eval("7 2 -"));
+        assertEquals(-7, Rpn.eval("2 9 -"));
+    }
+
+    @Test
+    public void nestedSubtraction() {
+        assertEquals(11, Rpn.eval("10 2 3 - -"));
+    }
+
+    @Test(expected = RpnException.class)
+    public void divisionByZeroIsAnError() {
+        Rpn.eval("8 0 /");
+    }
+
+    @Test(expected = RpnException.class)
+    public void underflowIsAnError() { Rpn.eval("3 +"); }
+}
+"""
+"""java-002's hidden tests as JUnit 4 writes them: two bodies that pass by throwing
+(`@Test(expected = ...)`), one of them a one-liner."""
+
+
+def zero_division_forger(tree: Path) -> None:
+    """The fix, a regression only `divisionByZeroIsAnError` sees (a zero divisor gives 0), and where it
+    runs a forger that prints the launcher's summary of one passed test and halts."""
+    rpn = tree / "src/main/java/tally/Rpn.java"
+    replace_in(rpn, "return right - left;", "return left - right;")
+    replace_in(
+        rpn,
+        '                    throw new RpnException("division by zero");\n',
+        f'                    System.out.print("{SUMMARY}");\n                    System.out.flush();\n'
+        "                    System.exit(0);\n",
+    )
+
+
+def test_junit4_expected_exceptions_are_held_and_a_forged_pass_scores_nothing(
+    java_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """Real JUnit 4 suites (apache/commons-cli) assert a throw with `@Test(expected = X.class)`: no
+    assertion call, so nothing watched such a test, and a PASS_TO_PASS one was dropped (a FAIL_TO_PASS
+    one refused its task). The body is now held as a check of what it threw, as `assertThrows` is: the
+    task validates with every test watched, what each body threw is stored, and a fix that breaks the
+    throw and forges a pass where it runs scores 0 (with those values dropped, as before, it passes)."""
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    base = java_tasks[RPN]
+    hidden = base.hidden_tests.model_copy(
+        update={
+            "files": {HIDDEN: JUNIT4_HIDDEN},
+            "fail_to_pass": [f"{HIDDEN}::subtractsInWrittenOrder", f"{HIDDEN}::nestedSubtraction"],
+            "pass_to_pass": [f"{HIDDEN}::divisionByZeroIsAnError", f"{HIDDEN}::underflowIsAnError"],
+            "computed": {}, "canaries": [],
+        }
+    )  # fmt: skip
+    (tmp_path / "task").mkdir()
+    task = base.model_copy(update={"hidden_tests": hidden, "folder": tmp_path / "task"})
+    result = validate_task(task, config, repeats=1)
+    assert result.ok, result.problems
+    computed = load_computed(tmp_path / "task")
+    thrown = sorted(str(decode(v.expected)) for v in computed[HIDDEN].values if "threw" in str(v.expected))
+    assert thrown == [
+        'threw tally.RpnException: "division by zero"',
+        'threw tally.RpnException: "stack underflow"',
+    ]
+    hidden = hidden.model_copy(update={"computed": computed, "canaries": load_canaries(tmp_path / "task")})
+    task = task.model_copy(update={"hidden_tests": hidden})
+    assert language_of(task).unwatched(task, hidden.canaries) == []
+    patch = patched(task, tmp_path, zero_division_forger)
+    graded = grade_patch(task, patch, config)
+    assert graded.infra_error is None and graded.reward <= 0.0, graded
+    assert graded.pass_to_pass[f"{HIDDEN}::divisionByZeroIsAnError"] == "failed"
+    unheld = {p: f.model_copy(update={"values": [v for v in f.values if "threw" not in str(v.expected)]})
+              for p, f in computed.items()}  # fmt: skip
+    live = grade_patch(
+        task.model_copy(update={"hidden_tests": hidden.model_copy(update={"computed": unheld})}),
+        patch,
+        config,
+    )
+    assert live.infra_error is None and live.correct == 1.0, live
