@@ -7,11 +7,11 @@ its judge's rules, and where a failure says it happened. What it runs:
 
 1. Every test file a task's id names, a visible one too (its text as the task stores it, never the agent's),
    runs rewritten under a fresh random name of the language's form (`run_path`), and so does each canary
-   (`tasks/canaries.Canary`: the file with one literal of one assertion changed); hidden files no id names
-   are written at their own paths.
+   (`tasks/canaries.Canary`: the file with one literal of one assertion changed, or that assertion's
+   condition negated: `text_canaries`); hidden files no id names are written at their own paths.
 2. The runner builds the repository before any hidden file is on disk, then writes one copy at a time,
    builds it, runs each test alone, and puts the writable folders back: a test's process sees only its own
-   copy, and a real copy and its canary differ in one literal.
+   copy, and a real copy and its canary differ in one literal or one condition.
 3. Outcomes are mapped back to the task's ids here. A canary must fail where its changed assertion is
    (the failure's line in its own file); one that passes beside a real test that passed is tampering, and
    every test counts as failed.
@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from envs.languages import HiddenRequest, Integrity
+from envs.languages.source_text import mask, string_end
 from envs.process_held import (
     HELD_CANARIES,
     Equality,
@@ -126,6 +127,10 @@ class ProcessLanguage:
     runner_for: Callable[[Task], ProcessLanguage | None] = lambda task: None
     """A task -> the language as it runs that task's tests, where its repository picks a runner of its own
     (JavaScript's mocha, jest or vitest); None: this one."""
+    negated: Callable[[str, int, int], str | None] = lambda source, start, end: None
+    """(source, an assertion's span as `assertions_in` gives it) -> `source` with that assertion's condition
+    negated, no line added or removed (a negated text canary, `text_canaries`); None where the language
+    has no such rewrite or the assertion no condition."""
 
     def dropped(
         self, path: str, content: bytes | None, tree: dict[str, Entry], base: dict[str, Entry]
@@ -185,7 +190,7 @@ class ProcessLanguage:
             return [], 0, ""
         trial = text_canaries(self, task, random.SystemRandom())
         failing, undecided = _failing_on_gold(task, trial, sandbox_config)
-        return spread_over_tests(failing, KEPT), len(trial), undecided
+        return fail_to_pass_first(task, one_an_assertion(failing), KEPT), len(trial), undecided
 
 
 @dataclass
@@ -481,7 +486,8 @@ LITERAL = re.compile(r'"(?:[^"\\\n]|\\.)*"|(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])')
 
 
 def text_canaries(language: ProcessLanguage, task: Task, rng: random.Random) -> list[Canary]:
-    """Single-literal canaries of the named tests' assertions, at most `TRIALS`, spread over the tests."""
+    """Canaries of the named tests' assertions that no non-guessable held value decides, at most `TRIALS`,
+    spread over the tests and, within a test, over its assertions (each must be watched: `unwatched`)."""
     hidden = task.hidden_tests
     found: list[Canary] = []
     for test_id in [*hidden.fail_to_pass, *hidden.pass_to_pass]:
@@ -490,17 +496,40 @@ def text_canaries(language: ProcessLanguage, task: Task, rng: random.Random) -> 
         if source is None:
             continue
         held = held_map(hidden.computed, path, source)
-        for start, end, line in language.assertions_in(source, test):
-            if any(e.line == line and holds(held, test, line) for e in language.equalities(source, test)):
-                continue  # held: its held canaries change it
-            for literal in LITERAL.finditer(source, start, end):
-                changed = _changed_literal(literal.group(), rng)
-                if changed is None:
-                    continue
-                text = source[: literal.start()] + changed + source[literal.end() :]
-                mutation = f"line {line}: {literal.group()} became {changed}"
-                found.append(Canary(file=path, test=test, mutation=mutation, source=text, lines=[line]))
-    return spread_over_tests(found, TRIALS)
+        by_assertion = [
+            _assertion_canaries(language, path, test, source, (start, end, line), rng)
+            for start, end, line in language.assertions_in(source, test)
+            if not any(e.line == line and holds(held, test, line) for e in language.equalities(source, test))
+        ]  # a held one is changed by its held canaries
+        rounds = max((len(c) for c in by_assertion), default=0)
+        found += [c[i] for i in range(rounds) for c in by_assertion if i < len(c)]
+    return fail_to_pass_first(task, found, TRIALS)
+
+
+def _assertion_canaries(
+    language: ProcessLanguage,
+    path: str,
+    test: str,
+    source: str,
+    span: tuple[int, int, int],
+    rng: random.Random,
+) -> list[Canary]:
+    """One assertion's canaries: each literal of it changed, then its condition negated
+    (`ProcessLanguage.negated`): `if err != nil { t.Fatal(err) }` or `assert!(x.is_err())` has no literal
+    to change and a guessable value, and a correct fix fails it negated at its own line."""
+    start, end, line = span
+    found = []
+    for literal in LITERAL.finditer(source, start, end):
+        changed = _changed_literal(literal.group(), rng)
+        if changed is not None:
+            text = source[: literal.start()] + changed + source[literal.end() :]
+            mutation = f"line {line}: {literal.group()} became {changed}"
+            found.append(Canary(file=path, test=test, mutation=mutation, source=text, lines=[line]))
+    negated = language.negated(source, start, end)
+    if negated is not None and negated != source and negated.count("\n") == source.count("\n"):
+        mutation = f"line {line}: condition negated"
+        found.append(Canary(file=path, test=test, mutation=mutation, source=negated, lines=[line]))
+    return found
 
 
 def _changed_literal(text: str, rng: random.Random) -> str | None:
@@ -511,6 +540,71 @@ def _changed_literal(text: str, rng: random.Random) -> str | None:
     value: int | float = float(text) if "." in text else int(text)
     changed_value = perturbed(value, rng=rng)
     return None if changed_value == value else str(changed_value)
+
+
+def one_an_assertion(canaries: list[Canary]) -> list[Canary]:
+    """`canaries` with the first of each assertion (file, test and lines) before any second one: kept
+    canaries spread over more assertions, which each must be watched (`ProcessLanguage.unwatched`)."""
+    seen: set[tuple[str, str, tuple[int, ...]]] = set()
+    first: list[Canary] = []
+    again: list[Canary] = []
+    for canary in canaries:
+        key = (canary.file, canary.test, tuple(canary.lines))
+        (again if key in seen else first).append(canary)
+        seen.add(key)
+    return [*first, *again]
+
+
+C_CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]+)'")
+"""A Go rune or Rust char literal (a Rust lifetime `'a` is none)."""
+COMPARISONS = re.compile(r"==|!=|<=|>=|<<|>>|<-|->|=>|&&|\|\||[<>=|]")
+"""Top-level operators of a masked condition that decide how it is negated (`negation`)."""
+FLIPPED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
+OPERATORS = re.compile(r"[-+*/%&|^<>=]|\bas\b")
+"""What an operand (`x.is_err()`, `!ok`, `reflect.DeepEqual(a, b)`) has none of, brackets masked."""
+
+
+def skip_c_family(text: str, i: int) -> int:
+    """Past a Go or Rust string, raw string, rune or comment that starts at `i`; `i` when none does."""
+    if text[i] == '"':
+        return string_end(text, i)
+    if text[i] == "`":
+        end = text.find("`", i + 1)
+        return len(text) if end < 0 else end + 1
+    if text[i] == "'":
+        char = C_CHAR.match(text, i)
+        return char.end() if char else i
+    for opening, close in (("//", "\n"), ("/*", "*/")):
+        if text.startswith(opening, i):
+            end = text.find(close, i + 2)
+            return len(text) if end < 0 else end + (len(close) if close != "\n" else 0)
+    return i
+
+
+def negation(condition: str) -> str:
+    """A Go or Rust boolean expression (stripped) negated as a test would write it, so that the canary reads
+    like a check of its own: its one top-level comparison flipped (`err != nil` -> `err == nil`), an
+    operand's leading `!` dropped (`!ok` -> `ok`) or one added (`x.is_err()` -> `!x.is_err()`); anything
+    else `!(condition)`. Comparisons bind looser than arithmetic and bit operators in both languages."""
+    masked = mask(condition, skip_c_family)
+    ops = list(COMPARISONS.finditer(masked))
+    if len(ops) == 1 and ops[0].group() in FLIPPED:
+        op = ops[0]
+        return condition[: op.start()] + FLIPPED[op.group()] + condition[op.end() :]
+    if not ops and masked.startswith("!") and not OPERATORS.search(masked[1:]):
+        return condition[1:].lstrip(" \t")
+    if not ops and not OPERATORS.search(masked) and not masked.startswith("!"):
+        return "!" + condition
+    return f"!({condition})"
+
+
+def fail_to_pass_first(task: Task, canaries: list[Canary], most: int) -> list[Canary]:
+    """Up to `most` of `canaries`, spread over the tests, FAIL_TO_PASS tests' before any other's: an unwatched
+    FAIL_TO_PASS test refuses its task, where an unwatched PASS_TO_PASS test can be left out."""
+    named = set(task.hidden_tests.fail_to_pass)
+    first = [c for c in canaries if f"{c.file}::{c.test}" in named]
+    rest = [c for c in canaries if f"{c.file}::{c.test}" not in named]
+    return [*spread_over_tests(first, most), *spread_over_tests(rest, most)][:most]
 
 
 def spread_over_tests(canaries: list[Canary], most: int) -> list[Canary]:

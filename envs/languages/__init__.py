@@ -10,7 +10,9 @@ row here; nothing else branches on a language's name.
   (`envs/process_grading.py`), equality assertions' expected values held outside the sandbox
   (`envs/process_held.py`). Integrity `process`: the code under test runs in the process whose exit
   status decides its test, so it can end that process as passed; what it cannot do is report a held
-  value it did not compute, and held canaries are the real copy's very text (docs/reliability.md 5k).
+  value it did not compute, and held canaries are the real copy's very text; checks with no value worth
+  holding (`if err != nil`, `assert!(x.is_err())`) are watched by text canaries that negate them
+  (`ProcessLanguage.negated`) (docs/reliability.md 5k).
 - `java` (JUnit 5, or 4 through Vintage, on a Maven-layout repository, built with `javac` offline): the
   same process-level grading, each test alone in its own JVM under JUnit's console launcher.
 - `javascript` (Node's `node:test`; `.js`, and by suffix TypeScript's `.ts`, transpiled in the test's

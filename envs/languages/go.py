@@ -7,8 +7,9 @@ copy compiles the package's test binary (`go test -c -vet=off`, outside /repo) a
 package's folder (`-test.run '^TestX$' -test.v`); exit status 0 with `--- PASS:` is a pass. No network
 (`GOPROXY=off`) and no cgo. Held assertions: `if got := A; got != E {...}`, `if A != E {...}` and the
 `!reflect.DeepEqual(A, E)` forms, each whole `if` rewritten to report A (`%#v`) through a helper file beside
-the copy. The judge drops, beside Python's rules, the module's files (`go.mod` with its replace
-directives, `go.sum`, `go.work`), vendored packages, test files and compiled outputs.
+the copy. A check with no value to hold (`if err != nil { t.Fatal(err) }`) gets a text canary with its
+condition negated (`negated`). The judge drops, beside Python's rules, the module's files (`go.mod` with
+its replace directives, `go.sum`, `go.work`), vendored packages, test files and compiled outputs.
 """
 
 from __future__ import annotations
@@ -16,14 +17,16 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments, closing, string_end
-from envs.process_grading import Commands, ProcessLanguage
+from envs.languages.source_text import arguments, closing, mask, string_end
+from envs.process_grading import Commands, ProcessLanguage, negation, skip_c_family
 from envs.process_held import Equality
 from envs.reward import SourceStyle
 
 TEST_FN = re.compile(r"^func\s+(Test\w*)\s*\(\s*t\s+\*testing\.T\s*\)\s*\{", re.MULTILINE)
 FAILS = re.compile(r"\bt\.(?:Error|Errorf|Fatal|Fatalf|Fail|FailNow)\s*\(")
 IF = re.compile(r"\bif\s")
+BRANCH = re.compile(r"\b(?:if|for|switch|select|return|goto|break|continue|func)\b|\bt\.Skip")
+"""A statement of a check's block, before its failing call, that may leave the block without failing."""
 INIT = re.compile(r"^(\w+)\s*:=\s*(.+?);\s*(.+)$", re.DOTALL)
 NOT_EQUAL = re.compile(r"^(.+?)\s*!=\s*(.+)$", re.DOTALL)
 DEEP = re.compile(r"^!\s*reflect\.DeepEqual\s*\((.*)\)$", re.DOTALL)
@@ -84,6 +87,25 @@ def _block_brace(source: str, start: int, end: int) -> int:
 def assertions_in(source: str, test: str) -> list[tuple[int, int, int]]:
     """(start, end, line) of each failing check of `test`: its condition's span, its failing call's line."""
     return [(start, cond_end, line) for start, cond_end, _, line, _ in _checks(source, test)]
+
+
+def negated(source: str, start: int, end: int) -> str | None:
+    """`source` with the condition of the check whose span `assertions_in` gives (`if` to its block's `{`)
+    negated (`negation`); an init statement (`if err := f(); err != nil`) is kept, only what follows its
+    `;` negated. None where the span is no `if`, or where its block may end without failing (a statement
+    that branches before its failing call): negated, a correct fix must fail it however it is written."""
+    head = IF.match(source, start)
+    call = FAILS.search(source, end, closing(source, end, "{", "}"))
+    if head is None or call is None or BRANCH.search(source, end + 1, call.start()):
+        return None
+    semicolons = [i for i, ch in enumerate(mask(source[head.end() : end], skip_c_family)) if ch == ";"]
+    at = head.end() + (semicolons[-1] + 1 if semicolons else 0)
+    condition = source[at:end]
+    core = condition.strip()
+    if not core:
+        return None
+    lead = condition[: len(condition) - len(condition.lstrip())]
+    return source[:at] + lead + negation(core) + condition[len(lead) + len(core) :] + source[end:]
 
 
 def _sides(condition: str) -> tuple[str, str] | None:
@@ -242,6 +264,7 @@ GO = ProcessLanguage(
     observe=observe,
     decorate=decorate,
     helper_path=helper_path,
+    negated=negated,
     style=SourceStyle(
         debug=re.compile(r"^\s*(fmt\.Print(ln|f)?|println|print|log\.Print(ln|f)?)\s*\("),
         comment="//",

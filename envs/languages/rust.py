@@ -4,10 +4,11 @@ A task's hidden files are integration tests (`tests/NAME.rs`); its ids are `test
 name of a `#[test]` function at the top of the file. Each copy runs as `tests/test_<hex>.rs`: the runner
 builds the repository (`cargo build`) before any copy is written, then for each copy builds its test
 target and runs each test alone (`cargo test --test STEM -- --exact TEST`); exit status 0 with libtest's
-`1 passed` is a pass. Builds go to a target folder outside /repo. The judge drops, beside Python's rules,
-what changes how cargo builds or which tests run: build scripts, `Cargo.toml` (test targets, profiles,
-proc-macro crates, `autotests`), `Cargo.lock`, cargo's settings (`.cargo/`, a `runner` there would run
-every test binary through the agent's program), the toolchain file and compiled outputs.
+`1 passed` is a pass. An `assert!` gets text canaries with its condition negated (`negated`). Builds go
+to a target folder outside /repo. The judge drops, beside Python's rules, what changes how cargo builds
+or which tests run: build scripts, `Cargo.toml` (test targets, profiles, proc-macro crates, `autotests`),
+`Cargo.lock`, cargo's settings (`.cargo/`, a `runner` there would run every test binary through the
+agent's program), the toolchain file and compiled outputs.
 """
 
 from __future__ import annotations
@@ -15,8 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments, closing
-from envs.process_grading import Commands, ProcessLanguage
+from envs.languages.source_text import arguments, closing, split_arguments
+from envs.process_grading import Commands, ProcessLanguage, negation, skip_c_family
 from envs.process_held import Equality
 from envs.reward import SourceStyle
 
@@ -58,6 +59,26 @@ def equalities(source: str, test: str) -> list[Equality]:
         if len(args) >= 2 and all(a.strip() for a in args[:2]):
             found.append(Equality(start, end, line, args[0].strip(), args[1].strip()))
     return found
+
+
+def negated(source: str, start: int, end: int) -> str | None:
+    """`source` with the assertion at `start` (to `end`, past its `)`) negated: `assert!(C, msg..)` as
+    `assert!(NEGATED, msg..)` (`negation`), `assert_eq!` as `assert_ne!` and back; lines kept."""
+    head = ASSERT.match(source, start)
+    if head is None:
+        return None
+    name = head.group()
+    for equal, unequal in (("assert_eq", "assert_ne"), ("assert_ne", "assert_eq")):
+        if equal in name:
+            return source[:start] + name.replace(equal, unequal) + source[head.end() :]
+    spans = split_arguments(source[head.end() : end - 1], skip_c_family)
+    if not spans:
+        return None
+    a, b = head.end() + spans[0][0], head.end() + spans[0][1]
+    condition = source[a:b]
+    core = condition.strip()
+    lead = condition[: len(condition) - len(condition.lstrip())]
+    return source[:a] + lead + negation(core) + condition[len(lead) + len(core) :] + source[b:]
 
 
 OBSERVE_FN = (
@@ -152,6 +173,7 @@ RUST = ProcessLanguage(
     observe=observe,
     decorate=lambda source, probe: ((PROBE_MACRO if probe else "") + source + OBSERVE_FN, ""),
     helper_path=lambda run: "",
+    negated=negated,
     style=SourceStyle(
         debug=re.compile(r"^\s*(println!|print!|eprintln!|eprint!|dbg!)\s*\("),
         comment="//",

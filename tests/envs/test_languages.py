@@ -286,9 +286,10 @@ def test_text_canaries_change_one_literal_of_one_assertion(rust_tasks: dict[str,
             (a, b) for a, b in zip(real.splitlines(), canary.source.splitlines(), strict=True) if a != b
         ]
         assert len(changed) == 1 and canary.lines[0] == real.splitlines().index(changed[0][0]) + 1
-    assert {c.test for c in found[:4]} == {
-        "subtracts_in_written_order", "nested_subtraction", "divides_in_written_order", "division_by_zero_is_an_error"
-    }  # fmt: skip
+    f2p = ["subtracts_in_written_order", "nested_subtraction"]
+    assert [c.test for c in found[:2]] == f2p  # spread over the tests, FAIL_TO_PASS tests' first
+    assert {c.test for c in found} == {*f2p, "divides_in_written_order", "division_by_zero_is_an_error"}
+    assert any(c.mutation.endswith("condition negated") and "assert_ne!" in c.source for c in found)
 
 
 def test_every_copy_runs_under_a_fresh_name(rust_tasks: dict[str, Task]) -> None:
@@ -561,6 +562,9 @@ def test_go_checks_are_negated_after_their_init_statement_lines_kept() -> None:
     assert first.count("\n") == second.count("\n") == GO_CHECKS.count("\n")
     assert [line for *_, line in assertions_in(second, "TestA")] == [5, 9]
     assert negated(GO_CHECKS, start1 + 1, start2) is None  # no `if` there
+    nested = GO_CHECKS.replace("\t\tt.Fatal(err)", "\t\tif strict { t.Fatal(err) }")
+    (start, end, _), _ = assertions_in(nested, "TestA")
+    assert negated(nested, start, end) is None  # negated, a correct fix could pass it: no canary
 
 
 RUST_CHECKS = """#[test]
@@ -638,15 +642,16 @@ func evaluates(expr string, want int) error {
 }
 """
 """go-002's hidden tests as spf13/pflag writes its checks: `if err != nil { t.Fatal(err) }`, no literal to
-change and a guessable value (`<nil>`). TestDividesInWrittenOrder's checks negated pass on the gold patch
-(the first) or fail at two lines (the second): no canary of them may be kept."""
+change and a guessable value (`<nil>`). TestDividesInWrittenOrder's first check may end its block without
+failing (none is made of it), its second, negated, fails at two lines (none may be kept)."""
 
 
 def test_err_checks_are_watched_by_negated_canaries_and_a_forger_scores_nothing(tmp_path: Path) -> None:
     """Unwatched before (nothing to change in `if err != nil`); validation keeps a negated canary of each
     FAIL_TO_PASS check (each failing on the gold patch at its own line, none of the PASS_TO_PASS test's);
     a forger that ends Eval's process as a passing `go test` run scores 1.0 with no canary and 0 with them,
-    which are then all the task has."""
+    which are then all the task has. Its own process still decides each test (integrity `process`): the
+    forger is caught because it cannot tell a negated copy from the real one, nothing else."""
     from envs.languages.go import GO
 
     require_backend("bwrap")
@@ -661,7 +666,7 @@ def test_err_checks_are_watched_by_negated_canaries_and_a_forger_scores_nothing(
     task = task.model_copy(update={"hidden_tests": hidden})
     assert GO.unwatched(task, []) == [*hidden.fail_to_pass, p2p]
     kept, tried, undecided = GO.verify_canaries(task, config)
-    assert not undecided and tried == 6, (tried, undecided)
+    assert not undecided and tried == 5, (tried, undecided)
     assert sorted((c.test, c.lines[0]) for c in kept) == [
         ("TestNestedSubtraction", 22), ("TestNestedSubtraction", 26),
         ("TestSubtractsInWrittenOrder", 11), ("TestSubtractsInWrittenOrder", 15),
