@@ -45,6 +45,7 @@ from envs.mining_programs import (
     outcomes_of,
     program_rules,
     provisional_task,
+    repository_test_command,
 )
 from envs.process_grading import ProcessLanguage
 from envs.python_env import EnvBuildError
@@ -376,6 +377,10 @@ def mine_program_commit(
     with tempfile.TemporaryDirectory(prefix="harness-mine-") as tmp:
         export_commit(source, parent, Path(tmp) / "base")
         task = provisional_task(language, Path(tmp) / "base", change, hidden, ids)
+        try:
+            test_command = repository_test_command(language, task)
+        except ValueError as e:  # a package.json that names several runners and runs none of them
+            raise _Drop("environment", str(e)[:300]) from e
         at_parent, at_commit = (graded(task, patch, config, sandbox) for patch in ("", change.gold_patch))
     judged = judge_outcomes(outcomes_of(at_parent), outcomes_of(at_commit))
     builds = "(build)" not in at_parent.collect_errors  # a parent that does not build says nothing of them
@@ -396,7 +401,7 @@ def mine_program_commit(
         hidden=hidden,
         judged=judged,
         failures=failures_of(language, at_parent, judged.fail_to_pass),
-        test_command=language.test_command,
+        test_command=test_command,
         environment=None,
         language=language.name,
     )

@@ -74,6 +74,12 @@ def provisional_task(
     )
 
 
+def repository_test_command(language: ProcessLanguage, task: Task) -> str:
+    """The command `task`'s repository runs its tests with, what its statement names: its own runner's where
+    its plug-in picks one from the repository (JavaScript's mocha, jest or vitest), else the language's."""
+    return (language.runner_for(task) or language).test_command
+
+
 def measured(
     task: Task, patch: str, sandbox: SandboxConfig, run_timeout_s: float, test_timeout_s: float
 ) -> Grade:

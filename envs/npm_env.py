@@ -5,8 +5,11 @@ alike) finds it from every file of /repo after the repository's own folders.
 The build is the only step with network: `npm ci --ignore-scripts` on a copy of the repository's
 `package.json` and `package-lock.json` alone (no `.npmrc`, no script of the repository or of a package
 runs), from the host's npm cache and its registry, into the harness's cache folder, keyed by the hash of
-both files. Nothing of it is in /repo, so nothing of it is in the agent's diff, and the judge drops a
-`node_modules` the agent writes.
+both files. A repository without a lock file (most older packages keep none in git) has one resolved from
+its package.json alone in that folder first (`npm install --package-lock-only --ignore-scripts`: the
+newest versions its ranges allow when the folder is made, then kept), keyed by package.json's hash and
+recorded as resolved in the folder's marker. Nothing of it is in /repo, so nothing of it is in the agent's
+diff, and the judge drops a `node_modules` or a lock file the agent writes.
 
 - bwrap: the folder, bound read-only at /node_modules (`SandboxConfig.node_modules`).
 - docker: an image `harness-npm:KEY` on the task's image with the folder copied to /node_modules, built
@@ -20,6 +23,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from envs.python_env import MARKER, EnvBuildError, harness_cache, locked_beside
@@ -56,16 +60,19 @@ def needs_npm(task: Task) -> bool:
 
 
 def npm_key(repo: Path) -> str:
-    """The hash of the repository's package.json and lock file; EnvBuildError without a lock file."""
-    if not (repo / LOCK).is_file():
-        raise EnvBuildError(
-            f"{repo}: package.json names packages but there is no {LOCK}: the packages are installed from"
-            " the lock file alone (`npm install --package-lock-only` makes one)"
-        )
+    """The hash of the repository's package.json and lock file (package.json's alone, marked so, where it
+    has no lock file: npm resolves one)."""
     digest = hashlib.sha256()
-    for name in ("package.json", LOCK):
+    for name in locked_files(repo):
         digest.update((repo / name).read_bytes() + b"\0")
+    if not (repo / LOCK).is_file():
+        digest.update(b"resolved by npm install --package-lock-only\0")
     return digest.hexdigest()[:16]
+
+
+def locked_files(repo: Path) -> tuple[str, ...]:
+    """The files of `repo` the packages are installed from: package.json and its lock file where it has one."""
+    return ("package.json", LOCK) if (repo / LOCK).is_file() else ("package.json",)
 
 
 def npm_dir(repo: Path) -> Path:
@@ -81,26 +88,38 @@ def build_node_modules(repo: Path, quiet: bool = True, timeout: float = NPM_TIME
             return folder / "node_modules"
         shutil.rmtree(folder, ignore_errors=True)
         folder.mkdir(parents=True)
-        for name in ("package.json", LOCK):
+        names = locked_files(repo)
+        for name in names:
             shutil.copyfile(repo / name, folder / name)
-        _npm_ci(folder, quiet, timeout)
+        started = time.monotonic()
+        if LOCK not in names:
+            _npm(folder, ["install", "--package-lock-only"], quiet, timeout)
+        _npm(folder, ["ci"], quiet, timeout - (time.monotonic() - started))
         listed = sorted(p.name for p in (folder / "node_modules").iterdir() if not p.name.startswith("."))
-        record = {"repo": str(repo), "lock": npm_key(repo), "top_level": listed}
+        record = {
+            "repo": str(repo),
+            "lock": npm_key(repo),
+            "resolved": LOCK not in names,
+            "top_level": listed,
+        }
         (folder / MARKER).write_text(json.dumps(record, indent=1))
     return folder / "node_modules"
 
 
-def _npm_ci(folder: Path, quiet: bool, left: float) -> None:
-    """`npm ci` in `folder`: the lock file's packages, no lifecycle script, the user's npm settings and
-    cache but none of the repository's."""
+def _npm(folder: Path, verb: list[str], quiet: bool, left: float) -> None:
+    """`npm ci` (or `npm install --package-lock-only`: a lock file resolved from package.json) in `folder`:
+    the lock file's packages, no lifecycle script, the user's npm settings and cache but none of the
+    repository's; `quiet`: only npm's errors, captured for the EnvBuildError that quotes them."""
     npm = shutil.which("npm")
     if npm is None:
         raise EnvBuildError("npm is not installed on the host: it builds JavaScript tasks' node_modules")
-    command = [npm, "ci", "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"]
+    if left <= 0:
+        raise EnvBuildError(f"npm {verb[0]}: no time left in {folder}")
+    command = [npm, *verb, "--ignore-scripts", "--no-audit", "--no-fund", "--prefer-offline"]
     env = {k: v for k, v in os.environ.items() if not k.lower().startswith("npm_config_")}
     try:
         done = subprocess.run(
-            [*command, *(["--silent"] if quiet else [])],
+            [*command, *(["--loglevel=error"] if quiet else [])],
             cwd=folder,
             env=env,
             capture_output=quiet,
@@ -108,9 +127,9 @@ def _npm_ci(folder: Path, quiet: bool, left: float) -> None:
             timeout=left,
         )
     except subprocess.TimeoutExpired as e:
-        raise EnvBuildError(f"npm ci did not end within {left:.0f} s in {folder}") from e
+        raise EnvBuildError(f"npm {verb[0]} did not end within {left:.0f} s in {folder}") from e
     if done.returncode != 0:
-        raise EnvBuildError(f"npm ci failed in {folder}: {(done.stderr or '').strip()[-1500:]}")
+        raise EnvBuildError(f"npm {verb[0]} failed in {folder}: {(done.stderr or '').strip()[-1500:]}")
 
 
 def docker_npm_image(repo: Path, base_image: str, timeout: float = NPM_TIMEOUT_S) -> tuple[str, Path]:

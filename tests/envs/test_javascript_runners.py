@@ -16,7 +16,7 @@ from envs.factory import start_task_sandbox
 from envs.grading import grade_patch
 from envs.languages.javascript import TEST_COMMANDS, runner_language, runner_of
 from envs.npm_env import build_node_modules, needs_npm, npm_dir
-from envs.python_env import EnvBuildError
+from envs.python_env import MARKER
 from envs.sandbox import WORKDIR, SandboxConfig
 from envs.validation import validate_task
 from tasks.canaries import load_canaries
@@ -127,7 +127,7 @@ def runner_task(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPat
 
 def test_the_runner_and_its_packages_come_from_package_json(runner_task: Task, tmp_path: Path) -> None:
     """The runner named in devDependencies is the one that runs; npm builds node_modules from the lock file
-    alone, outside the repository, once; a repository without a lock file is a clear error."""
+    alone, outside the repository, once."""
     runner = runner_task.id.removeprefix("calc-")
     language = runner_language(runner_task)
     assert language is not None and language.test_command == TEST_COMMANDS[runner]
@@ -143,11 +143,20 @@ def test_the_runner_and_its_packages_come_from_package_json(runner_task: Task, t
     )
     with pytest.raises(ValueError, match="several test runners"):
         runner_of({"devDependencies": {"jest": "1", "mocha": "1"}})
+
+
+def test_a_repository_without_a_lock_file_has_one_resolved_outside_it(tmp_path: Path) -> None:
+    """Most older packages keep no lock file in git (jshttp's): npm resolves one from package.json alone in
+    the cache folder, keyed apart from any locked build, and nothing is written into the repository."""
+    locked = make_repo("mocha", tmp_path / "locked")
     unlocked = tmp_path / "unlocked"
-    shutil.copytree(runner_task.repo, unlocked)
+    shutil.copytree(locked, unlocked)
     (unlocked / "package-lock.json").unlink()
-    with pytest.raises(EnvBuildError, match=r"no package-lock\.json"):
-        build_node_modules(unlocked)
+    modules = build_node_modules(unlocked)
+    assert modules == npm_dir(unlocked) / "node_modules" != npm_dir(locked) / "node_modules"
+    assert (modules / "mocha/package.json").is_file()
+    assert json.loads((modules.parent / MARKER).read_text())["resolved"] is True
+    assert not (unlocked / "package-lock.json").exists() and not (unlocked / "node_modules").exists()
 
 
 FORGED = {
