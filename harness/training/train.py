@@ -685,10 +685,8 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
             AsyncRollouts(steps, roll, Handoff(sync.pack, sync.load), stop), config.max_staleness
         )
     writer = MetricsWriter(config.rollout.out, config.log, config.model_dump(mode="json"))
-    # The stop first (nothing unfinished is saved after it), then the sampler's thread, so no episode waits
-    # on a generation and no thread is inside the model when the process exits.
     closers = [stop.set, policy.close, batches.close, rollouts.close, writer.close]
-    closers += [server.close] if server is not None else []
+    closers += [server.close] if server is not None else []  # stop, then the sampler: no thread in a model
     teacher: Any = None
     if config.credit.mode != "outcome" and config.credit.teacher_via == "server":
         teacher = server  # the sampler's servers hold the current policy's weights
@@ -696,7 +694,6 @@ def _open_run(config: TrainConfig, processes: Processes, found: Path | None, res
     elif config.credit.mode != "outcome":  # the current policy, or the starting weights, frozen
         folder = teacher_folder(config.credit.teacher, config.model)
         teacher = policy.model if folder is None else _frozen(folder, processes)
-
     return TrainingRun(
         config, processes, steps, store, policy, learner, plan, batches, writer, closers,
         {t.id: t for t in tasks}, teacher, run_jobs, streams(config, processes),
