@@ -23,13 +23,16 @@ from tests.conftest import require_backend
 
 TASK = "go-001-roman-nine-hundred"
 HIDDEN = "roman_hidden_test.go"
-# Neither is held (only `!=` and `!reflect.DeepEqual` checks are) and neither condition has a literal for
-# a text canary to change: nothing but the test's process decides them.
+# Neither is held (only `!=` and `!reflect.DeepEqual` checks are), neither condition has a literal for a
+# text canary to change, and neither gets a negated canary (its block may end without failing: a correct
+# fix need not fail it negated): nothing but the test's process decides them.
 UNWATCHED_P2P = """
 func TestRomanIsNoLongerThanItsValue(t *testing.T) {
 \tn := len(t.Name())
 \tif len(ToRoman(n)) > n {
-\t\tt.Errorf("ToRoman(%d) = %q", n, ToRoman(n))
+\t\tif n > 0 {
+\t\t\tt.Errorf("ToRoman(%d) = %q", n, ToRoman(n))
+\t\t}
 \t}
 }
 """
@@ -37,7 +40,9 @@ UNWATCHED_F2P = """
 func TestNineHundredIsNoLongerThanFourHundred(t *testing.T) {
 \tn, m := 900, 400
 \tif len(ToRoman(n)) > len(ToRoman(m)) {
-\t\tt.Errorf("ToRoman(%d) = %q", n, ToRoman(n))
+\t\tif n > m {
+\t\t\tt.Errorf("ToRoman(%d) = %q", n, ToRoman(n))
+\t\t}
 \t}
 }
 """
