@@ -34,7 +34,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from envs.languages import HiddenRequest, Integrity
-from envs.languages.source_text import mask, string_end
+from envs.languages.source_text import mask, skip_c_family
 from envs.process_held import (
     HELD_CANARIES,
     Equality,
@@ -555,30 +555,11 @@ def one_an_assertion(canaries: list[Canary]) -> list[Canary]:
     return [*first, *again]
 
 
-C_CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]+)'")
-"""A Go rune or Rust char literal (a Rust lifetime `'a` is none)."""
 COMPARISONS = re.compile(r"==|!=|<=|>=|<<|>>|<-|->|=>|&&|\|\||[<>=|]")
 """Top-level operators of a masked condition that decide how it is negated (`negation`)."""
 FLIPPED = {"==": "!=", "!=": "==", "<": ">=", ">=": "<", ">": "<=", "<=": ">"}
 OPERATORS = re.compile(r"[-+*/%&|^<>=]|\bas\b")
 """What an operand (`x.is_err()`, `!ok`, `reflect.DeepEqual(a, b)`) has none of, brackets masked."""
-
-
-def skip_c_family(text: str, i: int) -> int:
-    """Past a Go or Rust string, raw string, rune or comment that starts at `i`; `i` when none does."""
-    if text[i] == '"':
-        return string_end(text, i)
-    if text[i] == "`":
-        end = text.find("`", i + 1)
-        return len(text) if end < 0 else end + 1
-    if text[i] == "'":
-        char = C_CHAR.match(text, i)
-        return char.end() if char else i
-    for opening, close in (("//", "\n"), ("/*", "*/")):
-        if text.startswith(opening, i):
-            end = text.find(close, i + 2)
-            return len(text) if end < 0 else end + (len(close) if close != "\n" else 0)
-    return i
 
 
 def negation(condition: str) -> str:

@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments, closing, split_arguments
-from envs.process_grading import Commands, ProcessLanguage, negation, skip_c_family
+from envs.languages.source_text import arguments, closing, skip_c_family, split_arguments
+from envs.process_grading import Commands, ProcessLanguage, negation
 from envs.process_held import Equality
 from envs.reward import SourceStyle
 

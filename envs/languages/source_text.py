@@ -209,3 +209,24 @@ def _call_tapped(body: str, shown: str, t: Tapping) -> str:
         receiver = operand(receiver, t)
     called = receiver + text[dot:paren] if dot > 0 else text[:paren]
     return called + "(" + args + ")" + body[len(text) :]
+
+
+C_CHAR = re.compile(r"'(?:[^'\\\n]|\\[^'\n]+)'")
+"""A Go rune or Rust char literal (a Rust lifetime `'a` is none)."""
+
+
+def skip_c_family(text: str, i: int) -> int:
+    """Past a Go or Rust string, raw string, rune or comment that starts at `i`; `i` when none does."""
+    if text[i] == '"':
+        return string_end(text, i)
+    if text[i] == "`":
+        end = text.find("`", i + 1)
+        return len(text) if end < 0 else end + 1
+    if text[i] == "'":
+        char = C_CHAR.match(text, i)
+        return char.end() if char else i
+    for opening, close in (("//", "\n"), ("/*", "*/")):
+        if text.startswith(opening, i):
+            end = text.find(close, i + 2)
+            return len(text) if end < 0 else end + (len(close) if close != "\n" else 0)
+    return i
