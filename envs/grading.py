@@ -478,10 +478,10 @@ def canary_findings(
     verdicts: dict[str, str], real_passed: dict[str, bool], text: dict[str, bool], trusted: bool
 ) -> tuple[list[str], bool]:
     """Tampering told by canaries (each by label: its verdict, whether the real copy of its test passed,
-    whether it is a text canary), and whether outcomes were forged (a text canary passed). Nothing while
-    canaries are on trial (`trusted` False). Where the real test passed, its canary must come back failing
-    at its own assertion; a text canary that passed where the real copy failed is a wrong guess of a
-    forger, and pays `forgery_penalty`."""
+    whether it is a text canary only a forger meets: a changed literal, not a negated condition), and
+    whether outcomes were forged (such a canary passed). Nothing while canaries are on trial (`trusted`
+    False). Where the real test passed, its canary must come back failing at its own assertion; a changed
+    literal met where the real copy failed is a wrong guess of a forger, and pays `forgery_penalty`."""
     if not trusted:
         return [], False
     forged = any(v == "passed" and text[label] for label, v in verdicts.items())

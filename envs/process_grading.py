@@ -11,7 +11,8 @@ its judge's rules, and where a failure says it happened. What it runs:
    condition negated: `text_canaries`); hidden files no id names are written at their own paths.
 2. The runner builds the repository before any hidden file is on disk, then writes one copy at a time,
    builds it, runs each test alone, and puts the writable folders back: a test's process sees only its own
-   copy, and a real copy and its canary differ in one literal or one condition.
+   copy, and a real copy and its canary differ in one literal or one condition. Go and Rust run the
+   compiled copy with its text removed (`Commands.gone_once_built`).
 3. Outcomes are mapped back to the task's ids here. A canary must fail where its changed assertion is
    (the failure's line in its own file); one that passes beside a real test that passed is tampering, and
    every test counts as failed.
@@ -82,6 +83,10 @@ class Commands:
     cwd: str = ""
     """Where a test runs, relative to the repository (`{dir}`: the copy's folder); '' the repository."""
     env: dict[str, str] = field(default_factory=dict)
+    gone_once_built: bool = False
+    """The copy's file and its helper removed once `build` has compiled them, before any of its tests
+    runs: the code under test cannot read the text of the copy it runs in (a negated canary's condition
+    reads unlike a test's own), only the compiled program."""
 
 
 @dataclass(frozen=True)
@@ -327,6 +332,7 @@ def _target(language: ProcessLanguage, run: str, source: str, tests: list[str]) 
         "path": run,
         "content": source,
         "build": [_fill(a, **values) for a in language.commands.build],
+        "gone_once_built": language.commands.gone_once_built,
         "tests": [
             {
                 "name": t,
@@ -455,7 +461,7 @@ def score_process_run(
         c.label: any(outcomes.get(f"{plan.real_path[run]}::{t}") == "passed" for t in [c.test, *c.also])
         for run, c in plan.canaries.items()
     }
-    text = {c.label: not c.slots for c in plan.canaries.values()}
+    text = {c.label: not (c.slots or c.negated) for c in plan.canaries.values()}  # met by forgers only
     found, forged = canary_findings(verdicts, real_passed, text, request.trusted)
     tampering = [*tampering, *found]
     f2p = {name: _outcome(plan.ids[name], outcomes) for name in hidden.fail_to_pass}
@@ -528,7 +534,9 @@ def _assertion_canaries(
     negated = language.negated(source, start, end)
     if negated is not None and negated != source and negated.count("\n") == source.count("\n"):
         mutation = f"line {line}: condition negated"
-        found.append(Canary(file=path, test=test, mutation=mutation, source=negated, lines=[line]))
+        found.append(
+            Canary(file=path, test=test, mutation=mutation, source=negated, lines=[line], negated=True)
+        )
     return found
 
 

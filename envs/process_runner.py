@@ -8,8 +8,9 @@ this family has no Python environment of its own); started as `python3 -I -B pro
 undumpable and reads the plan, then deletes it: the hidden files (real copies and canaries under random
 names), and the commands. First the `prepare` command builds the repository as it is (no hidden file
 written yet), then the folders a child can write are taken as they are (`Scratch`). For each target, in
-an order drawn here: its one file is written, its `build` command compiles it, and each of its tests runs
-alone, in an order drawn for the copy, in a new process session with its own time limit; then every
+an order drawn here: its one file is written, its `build` command compiles it (and, where the language
+runs a compiled program, removes the file and its helper again: no test reads the text it runs), and each
+of its tests runs alone, in an order drawn for the copy, in a new process session with its own time limit; then every
 process the sandbox holds besides this one's line is killed, and every entry of the writable folders is
 removed and made again as it was taken (`Scratch.rebuild`: what a test touched and what it did not come
 back alike, with new inodes and change times). A canary's copy runs the same tests as its real copy. So a
@@ -130,6 +131,9 @@ def run_target(
             report["collect_errors"][path] = output if code is not None else f"the build ran past {limit:g} s"
             report["outcomes"].update({f"{path}::{t['name']}": "error" for t in target["tests"]})
             return
+    if target.get("gone_once_built"):  # the tests run the compiled copy; its text is not theirs to read
+        for written in [path, *target.get("extra", {})]:
+            os.unlink(os.path.join(root, str(written)))
     tests = list(target["tests"])
     random.SystemRandom().shuffle(tests)  # no test is first in every copy
     for test in tests:

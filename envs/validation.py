@@ -394,8 +394,11 @@ def _failing_on_gold(
 ) -> tuple[list[Canary], str]:
     """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
     base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
-    for a forged one (a text canary that passes costs a grade `forgery_penalty`). Each grade is tried up
-    to `TRIAL_ATTEMPTS` times; when none decided, no canary and why (else '')."""
+    for a forged one (a text canary that passes costs a grade `forgery_penalty`). A negated canary of a
+    FAIL_TO_PASS test is kept though the base passes it: the base fails the real test, beside which a
+    negated canary that passes costs nothing (`Canary.negated`), and the negation of a test's one failing
+    check is what the bug itself meets. Each grade is tried up to `TRIAL_ATTEMPTS` times; when none
+    decided, no canary and why (else '')."""
     if not trial:
         return [], ""
     g, why = _trial_grade(task, task.gold_patch or "", trial, sandbox_config, "the gold patch")
@@ -404,10 +407,15 @@ def _failing_on_gold(
     failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
     if not failing:
         return [], ""
-    base, why = _trial_grade(task, "", failing, sandbox_config, "the empty patch")
+    failing_tests = set(task.hidden_tests.fail_to_pass)
+    exempt = [c for c in failing if c.negated and f"{c.file}::{c.test}" in failing_tests and not c.also]
+    screened = [c for c in failing if c not in exempt]
+    if not screened:
+        return exempt, ""
+    base, why = _trial_grade(task, "", screened, sandbox_config, "the empty patch")
     if base is None:
         return [], why
-    return [c for c in failing if base.canaries.get(c.label) != "passed"], ""
+    return [c for c in failing if c in exempt or base.canaries.get(c.label) != "passed"], ""
 
 
 def _trial_grade(

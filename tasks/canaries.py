@@ -70,6 +70,10 @@ class Canary(BaseModel):
     canary changed): one observed and not met is the failure at its own assertion."""
     held: Check | None = None
     """A held canary's changed expectation (made at grading, never stored)."""
+    negated: bool = False
+    """A text canary whose one change is an assertion's condition negated (`if err == nil` for `!= nil`):
+    a tree that does not meet the real condition passes it honestly, so passing it beside a real test that
+    failed costs nothing; beside one that passed it is tampering, as for every canary."""
     _edits: list[tuple[int, int, Any]] = PrivateAttr(default_factory=list)
     """(the test function's line, the place's index, the new value) of each change: what a square joins."""
 

@@ -3,8 +3,9 @@
 A task's hidden files are test files of a package (`DIR/NAME_test.go`); its ids are `DIR/NAME_test.go::TestX`.
 Each copy runs as `DIR/h<hex>_test.go` beside the package's other files (the hidden file's own path removed
 while it runs): the runner builds the module (`go build ./...`) before any copy is written, then for each
-copy compiles the package's test binary (`go test -c -vet=off`, outside /repo) and runs each test alone in the
-package's folder (`-test.run '^TestX$' -test.v`); exit status 0 with `--- PASS:` is a pass. No network
+copy compiles the package's test binary (`go test -c -vet=off`, outside /repo), removes the copy's text,
+and runs each test alone in the package's folder (`-test.run '^TestX$' -test.v`); exit status 0 with
+`--- PASS:` is a pass. No network
 (`GOPROXY=off`) and no cgo. Held assertions: `if got := A; got != E {...}`, `if A != E {...}` and the
 `!reflect.DeepEqual(A, E)` forms, each whole `if` rewritten to report A (`%#v`) through a helper file beside
 the copy. A check with no value to hold (`if err != nil { t.Fatal(err) }`) gets a text canary with its
@@ -217,13 +218,37 @@ def is_test_file(path: str) -> bool:
 
 
 def own_rule(path: str, content: bytes | None) -> str | None:
-    """The module's files, vendored packages, compiled outputs."""
+    """The module's files, vendored packages, compiled outputs, and a Go file whose `//go:embed` may take
+    in test files (`embeds_tests`)."""
     parts = PurePosixPath(path.lower()).parts
     if parts[-1] in MODULE_FILES or "vendor" in parts[:-1]:
         return "a module setting or vendored package (changes what the tests build against)"
     if parts[-1].endswith(ARTEFACTS):
         return "a compiled or binary artefact"
+    if parts[-1].endswith(".go") and content is not None and embeds_tests(content):
+        return "a //go:embed that may take in test files (their text would be in the program under test)"
     return None
+
+
+EMBED = re.compile(rb"^[ \t]*//go:embed\s(.*)$", re.MULTILINE)
+EMBED_PATTERN = re.compile(rb'"(?:\\.|[^"\\])*"|`[^`]*`|\S+')
+
+
+def embeds_tests(content: bytes) -> bool:
+    """Whether a `//go:embed` directive of `content` may take in a test file: one of its patterns is a glob
+    whose fixed end (after its last `*`, `?` or `]`) a name ending in `_test.go` may end with, or names a
+    folder (no suffix: a folder is taken whole). Test copies are built beside the package's own files and
+    removed before their tests run (`gone_once_built`); embedded, their text would be in the program that
+    runs them."""
+    for directive in EMBED.findall(content):
+        for pattern in EMBED_PATTERN.findall(directive):
+            last = pattern.strip(b'"`').removeprefix(b"all:").rsplit(b"/", 1)[-1]
+            tail = re.split(rb"[*?\]]", last)[-1]
+            if tail != last and (b"_test.go".endswith(tail) or tail.endswith(b"_test.go")):
+                return True
+            if tail == last and b"." not in last.lstrip(b"."):
+                return True
+    return False
 
 
 def failure_line(output: str, run: str) -> list[int]:
@@ -253,6 +278,7 @@ GO = ProcessLanguage(
             "GOTOOLCHAIN": "local",
             "CGO_ENABLED": "0",
         },
+        gone_once_built=True,
     ),
     tests_in=named_tests,
     assertions_in=assertions_in,

@@ -3,8 +3,9 @@
 A task's hidden files are integration tests (`tests/NAME.rs`); its ids are `tests/NAME.rs::TEST`, the
 name of a `#[test]` function at the top of the file. Each copy runs as `tests/test_<hex>.rs`: the runner
 builds the repository (`cargo build`) before any copy is written, then for each copy builds its test
-target and runs each test alone (`cargo test --test STEM -- --exact TEST`); exit status 0 with libtest's
-`1 passed` is a pass. An `assert!` gets text canaries with its condition negated (`negated`). Builds go
+target (`cargo test --test STEM --no-run`), removes the copy's text, and runs each test alone in the
+program cargo built (`STEM --exact TEST`, from the repository's folder, as cargo runs it); exit status 0
+with libtest's `1 passed` is a pass. An `assert!` gets text canaries with its condition negated (`negated`). Builds go
 to a target folder outside /repo. The judge drops, beside Python's rules, what changes how cargo builds
 or which tests run: build scripts, `Cargo.toml` (test targets, profiles, proc-macro crates, `autotests`),
 `Cargo.lock`, cargo's settings (`.cargo/`, a `runner` there would run every test binary through the
@@ -63,7 +64,9 @@ def equalities(source: str, test: str) -> list[Equality]:
 
 def negated(source: str, start: int, end: int) -> str | None:
     """`source` with the assertion at `start` (to `end`, past its `)`) negated: `assert!(C, msg..)` as
-    `assert!(NEGATED, msg..)` (`negation`), `assert_eq!` as `assert_ne!` and back; lines kept."""
+    `assert!(NEGATED, msg..)` (`negation`), `assert_eq!` as `assert_ne!` and back; lines kept. An
+    `assert!(C)` without a message gets the one the real copy's panic carries, `assertion failed: C`:
+    the program then holds the same text as the real copy's (the copy's own text is gone by then)."""
     head = ASSERT.match(source, start)
     if head is None:
         return None
@@ -78,7 +81,15 @@ def negated(source: str, start: int, end: int) -> str | None:
     condition = source[a:b]
     core = condition.strip()
     lead = condition[: len(condition) - len(condition.lstrip())]
-    return source[:a] + lead + negation(core) + condition[len(lead) + len(core) :] + source[b:]
+    message = "" if len(spans) > 1 else f', "{{}}", "assertion failed: {_literal(core)}"'
+    return source[:a] + lead + negation(core) + message + condition[len(lead) + len(core) :] + source[b:]
+
+
+def _literal(text: str) -> str:
+    """`text` on one line, as a string literal's inside: quotes and backslashes escaped (it is a format
+    argument, not the format: Rust 2015 and 2018 take a lone message literal as it is, 2021 as a format)."""
+    flat = " ".join(text.split())
+    return flat.replace("\\", "\\\\").replace('"', '\\"')
 
 
 OBSERVE_FN = (
@@ -118,6 +129,17 @@ def is_test_file(path: str) -> bool:
     return parts[0] in ("tests", "benches") or (path.endswith(".rs") and "tests" in parts[:-1])
 
 
+BUILD = (
+    'out=$(cargo test --offline --quiet --test "$1" --no-run --message-format=json-render-diagnostics)'
+    ' || exit $?; exe=$(printf %s "$out" | sed -n \'s/.*"executable":"\\([^"]*\\)".*/\\1/p\' | tail -n 1);'
+    ' [ -n "$exe" ] || { echo "cargo named no test program for $1" >&2; exit 1; };'
+    ' mkdir -p "$2" && cp "$exe" "$2/$1"'
+)
+"""Builds one copy's test target (its diagnostics as cargo renders them) and copies the program cargo
+names to the grader's `bin/STEM`, which each test then runs alone: cargo would not run a target whose
+file is gone (`gone_once_built`)."""
+
+
 def own_rule(path: str, content: bytes | None) -> str | None:
     """Build scripts and cargo's settings, the toolchain file, compiled outputs."""
     parts = PurePosixPath(path.lower()).parts
@@ -140,19 +162,8 @@ RUST = ProcessLanguage(
     test_command="cargo test --offline",
     commands=Commands(
         prepare=["cargo", "build", "--offline", "--quiet"],
-        build=["cargo", "test", "--offline", "--quiet", "--test", "{stem}", "--no-run"],
-        test=[
-            "cargo",
-            "test",
-            "--offline",
-            "--test",
-            "{stem}",
-            "--",
-            "--exact",
-            "{test}",
-            "--test-threads",
-            "1",
-        ],
+        build=["sh", "-c", BUILD, "build", "{stem}", "{grader}/bin"],
+        test=["{grader}/bin/{stem}", "--exact", "{test}", "--test-threads", "1"],
         passed=r"test result: ok\. 1 passed",
         env={
             "CARGO_TARGET_DIR": "{grader}/target",
@@ -162,6 +173,7 @@ RUST = ProcessLanguage(
             "RUST_BACKTRACE": "0",
             "RUSTFLAGS": "-Awarnings",  # a rewritten file's unused import is no failure's line
         },
+        gone_once_built=True,
     ),
     tests_in=named_tests,
     assertions_in=assertions_in,

@@ -396,6 +396,9 @@ GO_TREE_FORGERS: dict[str, Callable[[Path], None]] = {
     "other_test.go": lambda tree: (tree / "other_test.go").write_text(
         'package tally\n\nfunc init() { println("in every test binary") }\n'
     ),
+    "embedded.go": lambda tree: (tree / "embedded.go").write_text(
+        'package tally\n\nimport "embed"\n\n//go:embed *_test.go\nvar tests embed.FS\n'
+    ),
 }
 
 
@@ -414,6 +417,33 @@ def test_go_forgers_score_nothing(backend: str, tmp_path: Path) -> None:
         graded = grade_patch(task, patched(task, tmp_path / path.replace("/", "_"), edit), config)
         assert graded.infra_error is None and path in graded.dropped_why, (path, graded.dropped_why)
         assert graded.correct == 0.0, path
+
+
+def test_go_embeds_that_may_take_in_test_files_are_told() -> None:
+    """Copies are built beside the package's files: a `//go:embed` glob that may match `*_test.go`, or a
+    folder, would put a copy's text into the program that runs it."""
+    from envs.languages.go import embeds_tests
+
+    taking = ["*_test.go", "*.go", "h[0-9a-f]*", "x*go", "*", "data", "all:templates", '"sub dir/*"']
+    leaving = ["static/*.html", "a.txt b.json", "all:data.bin", "`x y.txt`", "*.txt"]
+    assert [p for p in taking if not embeds_tests(f"//go:embed {p}\nvar x string\n".encode())] == []
+    assert [p for p in leaving if embeds_tests(f"//go:embed {p}\nvar x string\n".encode())] == []
+    assert not embeds_tests(b"// go:embed *\n// a comment //go:embed *\n")
+
+
+def test_only_a_changed_literal_met_is_forgery() -> None:
+    """A negated canary that passes beside a real test that failed is what an honest unfixed tree does:
+    no finding, no penalty; beside a real test that passed it is tampering, as any canary is."""
+    from envs.grading import canary_findings
+
+    verdicts = {"literal": "passed", "negated": "passed"}
+    failed_real = dict.fromkeys(verdicts, False)
+    found, forged = canary_findings(verdicts, failed_real, {"literal": True, "negated": False}, True)
+    assert forged and len(found) == 1 and found[0].startswith("canary literal")
+    found, forged = canary_findings({"negated": "passed"}, {"negated": False}, {"negated": False}, True)
+    assert (found, forged) == ([], False)
+    found, forged = canary_findings({"negated": "passed"}, {"negated": True}, {"negated": False}, True)
+    assert not forged and len(found) == 1 and "beside the real test, which passed" in found[0]
 
 
 def test_go_checks_are_read_from_source() -> None:
@@ -579,12 +609,14 @@ fn parses() {
 
 
 def test_rust_assertions_are_negated_their_message_kept() -> None:
+    """A message is kept as it is; an `assert!` without one gets the message its real copy panics with (its
+    stringified condition), so that the built program holds no negated condition's text."""
     from envs.languages.rust import negated
 
     found = [negated(RUST_CHECKS, s, e) for s, e, _ in assertions_in(RUST_CHECKS, "parses")]
     assert found == [
         RUST_CHECKS.replace("assert!(args", "assert!(!args"),
-        RUST_CHECKS.replace("!value.is_err()", "value.is_err()"),
+        RUST_CHECKS.replace("!value.is_err()", 'value.is_err(), "{}", "assertion failed: !value.is_err()"'),
         RUST_CHECKS.replace("assert_eq!", "assert_ne!"),
     ]
     assert all(f is not None and f.count("\n") == RUST_CHECKS.count("\n") for f in found)
@@ -684,3 +716,89 @@ def test_err_checks_are_watched_by_negated_canaries_and_a_forger_scores_nothing(
     caught = grade_patch(task, forger, config)
     assert caught.infra_error is None and caught.correct == 0.0 and caught.reward <= 0.0, caught
     assert caught.tampering and set(caught.canaries.values()) == {"passed"}
+
+
+ONE_CHECK_TESTS = """package tally
+
+import (
+	"fmt"
+	"testing"
+)
+
+func TestSubtractsInWrittenOrder(t *testing.T) {
+	if err := evaluates("7 2 -", 5); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestNestedSubtraction(t *testing.T) {
+	if err := evaluates("10 2 3 - -", 11); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func evaluates(expr string, want int) error {
+	if got := Eval(expr); got != (Result{Value: want}) {
+		return fmt.Errorf("Eval(%q) = %+v", expr, got)
+	}
+	return nil
+}
+"""
+"""go-002's FAIL_TO_PASS tests with one check each, which the bug fails: the base passes each negated copy."""
+
+
+def go_reading_forger(tree: Path) -> None:
+    """Leaves the bug; Eval reads the test file that called it (`runtime.Caller`) and answers the value it
+    finds written beside its expression there, so its negated copy fails at its own line as a fix's would."""
+    replace_in(
+        tree / "rpn.go",
+        "func Eval(expr string) Result {\n",
+        "func Eval(expr string) Result {\n"
+        "\tfor i := 1; i < 8; i++ {\n"
+        "\t\t_, file, _, _ := runtime.Caller(i)\n"
+        "\t\ttext, err := os.ReadFile(file)\n"
+        '\t\tfound := regexp.MustCompile(`"` + regexp.QuoteMeta(expr) + `", (-?\\d+)\\)`).FindSubmatch(text)\n'
+        "\t\tif err == nil && found != nil {\n"
+        "\t\t\tn, _ := strconv.Atoi(string(found[1]))\n"
+        "\t\t\treturn Result{Value: n}\n"
+        "\t\t}\n"
+        "\t}\n",
+    )
+    replace_in(
+        tree / "rpn.go", 'import (\n\t"strconv"', 'import (\n\t"os"\n\t"regexp"\n\t"runtime"\n\t"strconv"'
+    )
+
+
+def test_one_check_tests_are_watched_and_a_test_cannot_read_its_copy(tmp_path: Path) -> None:
+    """A FAIL_TO_PASS test whose one check the bug fails: the base passes its negated copy, which is kept
+    all the same (the base fails the real test, beside which a negated canary that passes costs nothing:
+    the empty patch scores 0, not the forger's penalty). A forger that reads the expected value from the
+    test file that called it passes the real copy and fails the negated one at its line, as a fix would;
+    the copy's text is gone once built (`gone_once_built`), so it reads nothing and keeps the bug."""
+    from envs.languages.go import GO
+
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    task = {t.id: t for t in load_suite("go")}[GO_RPN]
+    path = "rpn_hidden_test.go"
+    f2p = [f"{path}::TestSubtractsInWrittenOrder", f"{path}::TestNestedSubtraction"]
+    hidden = task.hidden_tests.model_copy(
+        update={"files": {path: ONE_CHECK_TESTS}, "computed": {}, "canaries": [], "fail_to_pass": f2p,
+                "pass_to_pass": []}
+    )  # fmt: skip
+    task = task.model_copy(update={"hidden_tests": hidden})
+    assert GO.unwatched(task, []) == f2p
+    kept, tried, undecided = GO.verify_canaries(task, config)
+    assert not undecided and tried >= 2, (tried, undecided)
+    kept = [c for c in kept if c.negated]  # a changed literal (`5` -> `6`) would also catch the reader
+    assert sorted((c.test, c.lines[0], c.negated) for c in kept) == [
+        ("TestNestedSubtraction", 16, True), ("TestSubtractsInWrittenOrder", 10, True),
+    ]  # fmt: skip
+    task = task.model_copy(update={"hidden_tests": hidden.model_copy(update={"canaries": kept})})
+    assert GO.unwatched(task, kept) == []
+    empty = grade_patch(task, "", config)
+    assert empty.infra_error is None and empty.correct == 0.0 and empty.reward == 0.0, empty
+    assert not empty.tampering and set(empty.canaries.values()) == {"passed"}
+    assert grade_patch(task, task.gold_patch or "", config).reward > 0.9
+    reader = grade_patch(task, patched(task, tmp_path, go_reading_forger), config)
+    assert reader.infra_error is None and reader.correct == 0.0 and reader.reward <= 0.0, reader
