@@ -40,6 +40,7 @@ from envs.process_held import (
     HELD_CANARIES,
     Equality,
     Slot,
+    class_only,
     held_canaries,
     held_outcome,
     held_verdict,
@@ -243,6 +244,9 @@ def plan_process_run(
         tests = sorted({i.partition("::")[2] for i in ids if i.partition("::")[0] == path})
         source = source_of(task, path) or ""  # a visible file as the task stores it, not the agent's
         held = holding(held_map(hidden.computed, path, source), [c for c in canaries if c.file == path])
+        held = class_only(
+            held, {i.partition("::")[2] for i in hidden.fail_to_pass if i.startswith(f"{path}::")}
+        )
         plan.held_maps[path] = held
         written = rewrite(language, source, tests, held, probe)
         runs[path] = _copy(plan, language, path, written.source, tests, taken, written.helper)

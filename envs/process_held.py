@@ -25,6 +25,7 @@ sandbox tells them from the real test.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +45,11 @@ empty result `[]`): held only where no text canary watches their assertion (`hol
 guesses them passes a held one, but one that ends its process as passed without reporting does not."""
 PARTS = " | "
 """Between the reported operands of a check (`Equality.check`), in the order they were evaluated."""
+THROWN = re.compile(r"threw ([\w.$]+): ")
+"""A check's report of what a call threw (`threw CLASS: MESSAGE`: Java's `assertThrows` and `@Test(expected
+= ..)`, JavaScript's throwing checks)."""
+THROWN_CLASS = re.compile(r"threw [\w.$]+")
+"""A held value of a throw cut to its class (`class_only`)."""
 HELD_CANARIES = 6
 """Held canaries a grading run makes at most: one a named test with a held assertion, drawn at random."""
 
@@ -136,6 +142,25 @@ def holding(held: Held, canaries: list[Canary]) -> Held:
     return {k: v for k, v in held.items() if holds(held, *k) or k not in watched}
 
 
+def class_only(held: Held, tests: set[str]) -> Held:
+    """`held` with each thrown value of `tests` (a file's FAIL_TO_PASS tests) cut to its class: its message
+    is the gold fix's wording, which `assertThrows(X.class, ..)` and `@Test(expected = X.class)` do not
+    check, and an honest fix may word its own. A PASS_TO_PASS test's message is the code's as it was, and
+    is held whole."""
+    cut: Held = {}
+    for key, value in held.items():
+        thrown = THROWN.match(str(decode(value))) if key[0] in tests else None
+        cut[key] = encode(f"threw {thrown.group(1)}") if thrown else value
+    return cut
+
+
+def compared(value: str, held: str) -> str:
+    """A reported `value` as it is compared with the `held` one: cut to its class where that is a throw's
+    class alone (`class_only`)."""
+    thrown = THROWN.match(value)
+    return f"threw {thrown.group(1)}" if thrown and THROWN_CLASS.fullmatch(held) else value
+
+
 def held_canaries(
     file: str, slots: dict[int, Slot], rng: random.Random, most: int
 ) -> list[tuple[Canary, dict[int, str]]]:
@@ -171,7 +196,11 @@ def held_outcome(
     if outcome != "passed":
         return outcome
     for s, slot in slots.items():
-        if slot.test == test and s in expected and seen(observed, s) != [expected[s]]:
+        if (
+            slot.test == test
+            and s in expected
+            and [compared(v, expected[s]) for v in seen(observed, s)] != [expected[s]]
+        ):
             return "failed"
     return "passed"
 
@@ -182,7 +211,7 @@ def held_verdict(outcome: str, observed: list[list[Any]], slot: int, changed: st
     if outcome == "passed":
         return "passed"
     values = seen(observed, slot)
-    return "failed" if len(values) == 1 and values[0] != changed else "unexplained"
+    return "failed" if len(values) == 1 and compared(values[0], changed) != changed else "unexplained"
 
 
 def probes_of(

@@ -619,7 +619,9 @@ def test_junit4_expected_exceptions_are_held_and_a_forged_pass_scores_nothing(
     assertion call, so nothing watched such a test, and a PASS_TO_PASS one was dropped (a FAIL_TO_PASS
     one refused its task). The body is now held as a check of what it threw, as `assertThrows` is: the
     task validates with every test watched, what each body threw is stored, and a fix that breaks the
-    throw and forges a pass where it runs scores 0 (with those values dropped, as before, it passes)."""
+    throw and forges a pass where it runs scores 0 (with those values dropped, as before, it passes). A
+    fix that words the message anew fails a PASS_TO_PASS test (the code's message as it was) and passes a
+    FAIL_TO_PASS one, whose held value is the thrown class alone (`process_held.class_only`)."""
     require_backend("bwrap")
     config = SandboxConfig(backend="bwrap")
     base = java_tasks[RPN]
@@ -656,3 +658,19 @@ def test_junit4_expected_exceptions_are_held_and_a_forged_pass_scores_nothing(
         config,
     )
     assert live.infra_error is None and live.correct == 1.0, live
+    reworded = patched(task, tmp_path / "reworded", reworded_fix)
+    as_pass_to_pass = grade_patch(task, reworded, config)
+    assert as_pass_to_pass.pass_to_pass[f"{HIDDEN}::divisionByZeroIsAnError"] == "failed", as_pass_to_pass
+    moved = hidden.model_copy(
+        update={"fail_to_pass": [*hidden.fail_to_pass, f"{HIDDEN}::divisionByZeroIsAnError"],
+                "pass_to_pass": [f"{HIDDEN}::underflowIsAnError"]}
+    )  # fmt: skip
+    as_fail_to_pass = grade_patch(task.model_copy(update={"hidden_tests": moved}), reworded, config)
+    assert as_fail_to_pass.infra_error is None and as_fail_to_pass.correct == 1.0, as_fail_to_pass
+
+
+def reworded_fix(tree: Path) -> None:
+    """The fix, with the division's exception worded anew: the class JUnit checks, another message."""
+    rpn = tree / "src/main/java/tally/Rpn.java"
+    replace_in(rpn, "return right - left;", "return left - right;")
+    replace_in(rpn, 'new RpnException("division by zero")', 'new RpnException("cannot divide by 0")')

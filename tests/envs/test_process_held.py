@@ -8,7 +8,7 @@ import pytest
 from envs.languages.java import JAVA
 from envs.languages.javascript import JAVASCRIPT
 from envs.process_grading import ProcessLanguage
-from envs.process_held import Equality, guessable, rewrite
+from envs.process_held import Equality, Slot, class_only, guessable, held_outcome, held_verdict, rewrite
 from tasks.canaries import Canary
 from tasks.computed import ComputedFile, ComputedValue, digest
 from tasks.model import Task
@@ -111,3 +111,22 @@ def test_checks_report_what_decides_them_in_place(
             body = written.source.split("\nfinal class HarnessObserve")[0]
             assert body.count("\n") == source.count("\n") and "check" not in str(written.slots)
             assert isinstance(found[0], Equality) and found[0].expected == ""
+
+
+def test_a_fail_to_pass_tests_throw_is_held_by_its_class_alone() -> None:
+    """The message a FAIL_TO_PASS test's throw carries is the gold fix's wording, which the test does not
+    check: held by class, any message passes; a PASS_TO_PASS test's stays whole (the code's as it was)."""
+    thrown = encode('threw tally.RpnException: "division by zero"')
+    held = class_only({("fixed", 4): thrown, ("kept", 9): thrown, ("fixed", 6): encode("42")}, {"fixed"})
+    assert held == {
+        ("fixed", 4): encode("threw tally.RpnException"), ("kept", 9): thrown, ("fixed", 6): encode("42"),
+    }  # fmt: skip
+    slots = {0: Slot("fixed", 4, "threw tally.RpnException"), 1: Slot("kept", 9, str(thrown[1]))}
+    expected = {s: str(v.expected) for s, v in slots.items()}
+    reworded = [[0, 'threw tally.RpnException: "cannot divide by 0"'], [1, 'threw tally.RpnException: "x"']]
+    assert held_outcome("passed", "fixed", slots, expected, reworded) == "passed"
+    assert held_outcome("passed", "kept", slots, expected, reworded) == "failed"
+    other = [[0, 'threw java.lang.ArithmeticException: "/ by zero"']]
+    assert held_outcome("passed", "fixed", slots, expected, other) == "failed"
+    assert held_verdict("failed", reworded, 0, "threw tally.RpnExceptioo") == "failed"
+    assert held_verdict("failed", reworded, 0, "threw tally.RpnException") == "unexplained"
