@@ -47,7 +47,8 @@ from envs.mining_programs import (
     provisional_task,
     repository_test_command,
 )
-from envs.process_grading import ProcessLanguage
+from envs.process_grading import KEPT, ProcessLanguage
+from envs.process_held import HELD_CANARIES
 from envs.python_env import EnvBuildError
 from envs.sandbox import BackendName, SandboxConfig
 from envs.synthesis import SandboxPytest, sandbox_starter
@@ -65,7 +66,7 @@ from tasks.mining import (
     split_change,
     write_mined_task,
 )
-from tasks.model import Task
+from tasks.model import Limits, Task
 from tasks.patches import git
 from tasks.suite import TaskError, TaskFile, export_commit, load_task
 from tasks.swebench import ensure_mirror
@@ -404,6 +405,7 @@ def mine_program_commit(
         test_command=test_command,
         environment=None,
         language=language.name,
+        limits=sized_limits(at_commit.duration_s),
     )
     folder = write_mined_task(config.out, mined)
     unwatched = (
@@ -418,6 +420,20 @@ def mine_program_commit(
         environment=None,
         unwatched=unwatched,
     )
+
+
+GRADE_COPIES = 1 + KEPT + HELD_CANARIES
+"""Copies of a hidden file one grade runs at most: the real one, its text canaries, its held canaries."""
+LOAD_MARGIN = 3.0
+"""How many times slower than when it was mined a task's grade may run (a loaded host) before it is cut
+off: a limit only catches a hang (as tests/conftest.py's `TIMEOUT_SCALE`)."""
+
+
+def sized_limits(measured_s: float) -> Limits:
+    """A mined task's limits: its grade's time sized to the fix's measuring grade (one copy of each file,
+    `measured_s`) as if every copy ran, on a host `LOAD_MARGIN` times slower; never below the default."""
+    floor = Limits().grade_timeout_s
+    return Limits(grade_timeout_s=max(floor, float(round(measured_s * GRADE_COPIES * LOAD_MARGIN, -1))))
 
 
 def graded(task: Task, patch: str, config: MineConfig, sandbox: SandboxConfig) -> Grade:

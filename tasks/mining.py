@@ -22,6 +22,7 @@ from pathlib import Path, PurePosixPath
 
 from tasks.environment import Environment
 from tasks.importing import write_task_folder
+from tasks.model import Limits
 from tasks.patches import FilePatch, changed_lines, is_graded_path, split_patch
 from tasks.suite import TaskFile
 
@@ -251,6 +252,8 @@ class MinedTask:
     environment: Environment | None
     language: str = "python"
     """The plug-in that grades it (`Task.language`)."""
+    limits: Limits = field(default_factory=Limits)
+    """Its task.yaml's limits (a process language's grade time sized to what mining measured)."""
 
 
 def write_mined_task(suite: Path, task: MinedTask) -> Path:
@@ -269,6 +272,7 @@ def write_mined_task(suite: Path, task: MinedTask) -> Path:
         fail_to_pass=task.judged.fail_to_pass,
         pass_to_pass=task.judged.pass_to_pass,
         gold_patch="gold.patch",
+        limits=task.limits,
     )
     files: dict[str, str | bytes] = {f"hidden/{path}": text for path, text in task.hidden.items()}
     files["gold.patch"] = task.change.gold_patch

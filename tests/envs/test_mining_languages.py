@@ -226,6 +226,17 @@ def test_mining_rust_keeps_the_fix_and_drops_a_fix_that_needs_cargo_toml(tmp_pat
     assert task.hidden_tests.pass_to_pass == ["tests/roman.rs::four"]
 
 
+def test_a_mined_tasks_grade_time_is_sized_to_what_mining_measured() -> None:
+    """pico-args' tasks took 143 s a grade on a loaded host, past the 300 s default once canaries ran:
+    a grade runs up to 13 copies of a file (the real one, 6 text and 6 held canaries), on a host up to 3
+    times slower than when the fix's one-copy grade was measured."""
+    from envs.mining import sized_limits
+
+    assert sized_limits(1.5).grade_timeout_s == 300.0
+    assert sized_limits(20.0).grade_timeout_s == 780.0
+    assert sized_limits(20.0).test_file_timeout_s == 120.0
+
+
 def test_a_language_that_is_not_known_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="unknown language 'cobol'"):
         MineConfig(repo=tmp_path, out=tmp_path / "suite", language="cobol")
