@@ -802,3 +802,36 @@ def test_one_check_tests_are_watched_and_a_test_cannot_read_its_copy(tmp_path: P
     assert grade_patch(task, task.gold_patch or "", config).reward > 0.9
     reader = grade_patch(task, patched(task, tmp_path, go_reading_forger), config)
     assert reader.infra_error is None and reader.correct == 0.0 and reader.reward <= 0.0, reader
+
+
+READS_ITS_COPY = """#[test]
+fn cannot_read_its_own_text() {
+    assert_eq!(tally::rpn::caller_text(), None);
+}
+"""
+
+
+def reads_its_caller(tree: Path) -> None:
+    """A library function that returns the text of the file that called it, as a forger would read it."""
+    with (tree / "src/rpn.rs").open("a") as f:
+        f.write(
+            "\n#[track_caller]\npub fn caller_text() -> Option<String> {\n"
+            "    std::fs::read_to_string(std::panic::Location::caller().file()).ok()\n}\n"
+        )
+
+
+def test_a_rust_test_runs_without_its_copys_text(rust_tasks: dict[str, Task], tmp_path: Path) -> None:
+    """The program cargo built runs each test once the copy's file is gone: the code under test that reads
+    the file its caller names (`Location::caller()`, as `file!()` names it) reads nothing."""
+    require_backend("bwrap")
+    task = rust_tasks[RPN]
+    path = "tests/rpn_order.rs"
+    hidden = task.hidden_tests.model_copy(
+        update={"files": {path: READS_ITS_COPY}, "computed": {}, "canaries": [],
+                "fail_to_pass": [f"{path}::cannot_read_its_own_text"], "pass_to_pass": []}
+    )  # fmt: skip
+    task = task.model_copy(update={"hidden_tests": hidden})
+    graded = grade_patch(
+        task, patched(task, tmp_path, reads_its_caller), SandboxConfig(backend="bwrap"), trial=[]
+    )
+    assert graded.infra_error is None and graded.correct == 1.0, graded
