@@ -52,7 +52,7 @@ from envs.process_held import (
 from envs.reward import SourceStyle
 from envs.run_plan import source_of
 from envs.sandbox import WORKDIR, SandboxConfig, SandboxError
-from tasks.canaries import Canary, perturbed
+from tasks.canaries import NEGATED, Canary, perturbed
 from tasks.computed import Held, held_map
 from tasks.model import Task
 
@@ -88,6 +88,9 @@ class Commands:
     """The copy's file and its helper removed once `build` has compiled them, before any of its tests
     runs: the code under test cannot read the text of the copy it runs in (a negated canary's condition
     reads unlike a test's own), only the compiled program."""
+    program: str = ""
+    """The program `build` makes, with `gone_once_built`: one that holds the copy's text (a `//go:embed`
+    or an `include_str!` of test files compiled it in) is tampering, and none of its tests runs."""
 
 
 @dataclass(frozen=True)
@@ -337,6 +340,7 @@ def _target(language: ProcessLanguage, run: str, source: str, tests: list[str]) 
         "content": source,
         "build": [_fill(a, **values) for a in language.commands.build],
         "gone_once_built": language.commands.gone_once_built,
+        "program": _fill(language.commands.program, **values),
         "tests": [
             {
                 "name": t,
@@ -395,7 +399,8 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
 def _with_grader(target: dict[str, Any], grader: str) -> dict[str, Any]:
     """`target` with `{grader}` filled in its commands."""
     tests = [{**t, "argv": [_fill(str(a), grader=grader) for a in t["argv"]]} for t in target["tests"]]
-    return {**target, "build": [_fill(str(a), grader=grader) for a in target["build"]], "tests": tests}
+    build = [_fill(str(a), grader=grader) for a in target["build"]]
+    return {**target, "build": build, "program": _fill(str(target["program"]), grader=grader), "tests": tests}
 
 
 @dataclass(frozen=True)
@@ -537,7 +542,7 @@ def _assertion_canaries(
             found.append(Canary(file=path, test=test, mutation=mutation, source=text, lines=[line]))
     negated = language.negated(source, start, end)
     if negated is not None and negated != source and negated.count("\n") == source.count("\n"):
-        mutation = f"line {line}: condition negated"
+        mutation = f"line {line}: {NEGATED}"
         found.append(
             Canary(file=path, test=test, mutation=mutation, source=negated, lines=[line], negated=True)
         )

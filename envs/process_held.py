@@ -67,6 +67,9 @@ class Equality:
     """A check of another kind (`assert.ok(P(x))`, `assertThrows(...)`): `actual` is then the assertion's
     own text with what decides it reported as one value, `SLOT` and `PROBE` (`envs/languages/source_text`)
     in place of its slot and whether it probes; `expected` is ''. The assertion itself still runs."""
+    keeps: str = ""
+    """Appended to its rewrite: a statement that still uses what only the replaced text used (Go's
+    `; _ = want`: a variable declared and not used does not compile)."""
     opening: tuple[int, str] | None = None
     """(offset, text) inserted there too when this assertion is rewritten: the start of a check whose
     replaced span closes it (`try {` of a JUnit 4 `@Test(expected = ...)` body, which its closing brace's
@@ -119,7 +122,7 @@ def _rewritten(language: Any, slot: int, eq: Equality, probe: bool, source: str)
     """The text of one rewritten assertion (its lines kept)."""
     if eq.check:
         return eq.actual.replace(SLOT, str(slot)).replace(PROBE, "true" if probe else "false")
-    text = language.observe(slot, eq.actual, eq.expected if probe else None)
+    text = language.observe(slot, eq.actual, eq.expected if probe else None) + eq.keeps
     return text + "\n" * source.count("\n", eq.start, eq.end)
 
 

@@ -9,7 +9,8 @@ undumpable and reads the plan, then deletes it: the hidden files (real copies an
 names), and the commands. First the `prepare` command builds the repository as it is (no hidden file
 written yet), then the folders a child can write are taken as they are (`Scratch`). For each target, in
 an order drawn here: its one file is written, its `build` command compiles it (and, where the language
-runs a compiled program, removes the file and its helper again: no test reads the text it runs), and each
+runs a compiled program, removes the file and its helper again: no test reads the text it runs; a program
+that holds the text whole is tampering), and each
 of its tests runs alone, in an order drawn for the copy, in a new process session with its own time limit; then every
 process the sandbox holds besides this one's line is killed, and every entry of the writable folders is
 removed and made again as it was taken (`Scratch.rebuild`: what a test touched and what it did not come
@@ -134,6 +135,12 @@ def run_target(
     if target.get("gone_once_built"):  # the tests run the compiled copy; its text is not theirs to read
         for written in [path, *target.get("extra", {})]:
             os.unlink(os.path.join(root, str(written)))
+        if _holds(str(target.get("program") or ""), str(target["content"])):
+            report["tampering"].append(
+                f"{path}: the program built from it holds its text (a test file embedded or included)"
+            )
+            report["outcomes"].update({f"{path}::{t['name']}": "error" for t in target["tests"]})
+            return
     tests = list(target["tests"])
     random.SystemRandom().shuffle(tests)  # no test is first in every copy
     for test in tests:
@@ -148,6 +155,17 @@ def run_target(
         report["seconds"][run_id] = round(time.monotonic() - started, 3)
         if not ok:
             report["crashes"][run_id] = output if code is not None else f"ran past its limit of {limit:g} s"
+
+
+def _holds(program: str, text: str) -> bool:
+    """Whether the file `program` holds `text` (UTF-8) whole: what embedding or including a file puts there."""
+    if not program:
+        return False
+    try:
+        with open(program, "rb") as f:
+            return text.encode("utf-8") in f.read()
+    except OSError:
+        return False
 
 
 def _read_plan(path: str) -> dict[str, Any]:

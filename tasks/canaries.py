@@ -30,7 +30,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter
+from pydantic import BaseModel, ConfigDict, PrivateAttr, TypeAdapter, model_validator
 
 from tasks.computed import ComputedFile, Held, held_map
 from tasks.expectations import OBSERVE, OBSERVE_IS, Check, rewrite, test_functions
@@ -43,6 +43,10 @@ TRIALS = 40
 """Single changes `tasks validate` tries per task at most: up to 3 of every test (`per_test`)."""
 KEPT_FILES = 2
 """Hidden files of a task that keep canaries: a square (3 canaries) or a single one each."""
+
+
+NEGATED = "condition negated"
+"""How a negated canary's mutation ends (`line N: condition negated`)."""
 
 
 class Canary(BaseModel):
@@ -76,6 +80,18 @@ class Canary(BaseModel):
     failed costs nothing; beside one that passed it is tampering, as for every canary."""
     _edits: list[tuple[int, int, Any]] = PrivateAttr(default_factory=list)
     """(the test function's line, the place's index, the new value) of each change: what a square joins."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _negated_when_stored_without_it(cls, data: Any) -> Any:
+        """A negated canary stored before `negated` existed says so in its mutation only."""
+        if (
+            isinstance(data, dict)
+            and "negated" not in data
+            and str(data.get("mutation", "")).endswith(NEGATED)
+        ):
+            return {**data, "negated": True}
+        return data
 
     @property
     def label(self) -> str:

@@ -127,16 +127,64 @@ def _sides(condition: str) -> tuple[str, str] | None:
         return None
     if name:
         return (value, right) if left == name and name not in right else None
+    if EXPECTATION.fullmatch(left) and not EXPECTATION.fullmatch(right):
+        return right, left  # `if expected != actual`: the computed side is the right one
     return left, right
 
 
 def equalities(source: str, test: str) -> list[Equality]:
+    """Each held form of `test`'s checks (`_sides`), keeping used the variables only the replaced `if`
+    used (`_still_used`)."""
     found = []
     for start, _, end, line, condition in _checks(source, test):
         sides = _sides(condition)
         if sides is not None:
-            found.append(Equality(start, end, line, *sides))
+            keeps = "".join(f"; _ = {name}" for name in _still_used(source, test, start, end, sides))
+            found.append(Equality(start, end, line, *sides, keeps=keeps))
     return found
+
+
+EXPECTATION = re.compile(r"(?:expected|expect|exp|want|wanted|wants|expectation)\w*", re.IGNORECASE)
+"""A variable named as a test's expected value: `if expected != actual` reports `actual`, not the left side."""
+
+
+DECLARED = re.compile(r"((?:[A-Za-z_]\w*\s*,\s*)*[A-Za-z_]\w*)\s*:=|\bvar\s+([A-Za-z_]\w*)")
+NAME = re.compile(r"(?<![\w.])[A-Za-z_]\w*")
+
+
+def _still_used(source: str, test: str, start: int, end: int, sides: tuple[str, str]) -> list[str]:
+    """The local variables of `test` in scope at `start` that the text `start:end` (an `if` a held check
+    replaces) names and its kept actual side does not: `want := ..; if got != want {..}` leaves `want`
+    unused, which Go refuses to compile. A variable of the expected side counts only where it is named
+    as one (`EXPECTATION`): one that holds what the code computed left unused is refused by the compiler,
+    where kept used it would let a check report the test's own constant."""
+    body = _body(source, test)
+    if body is None:
+        return []
+    code = _code_only(source[body[0] : start])
+    depth, lowest, scoped = 0, [0] * (len(code) + 1), {}
+    for i, ch in enumerate(code):
+        depth += (ch == "{") - (ch == "}")
+        lowest[i + 1] = depth
+    for m in DECLARED.finditer(code):
+        line_start = code.rfind("\n", 0, m.start()) + 1
+        header = re.match(r"\s*(?:if|for|switch)\b", code[line_start : m.start()])
+        level = lowest[m.start()] + (1 if header else 0)  # an if's or for's own variables: its blocks only
+        if min(lowest[m.start() :]) >= level:
+            scoped.update(dict.fromkeys(re.split(r"\s*,\s*", m.group(1) or m.group(2))))
+    replaced = set(NAME.findall(_code_only(source[start:end]))) - set(NAME.findall(sides[0]))
+    compared = {n for n in NAME.findall(sides[1]) if not EXPECTATION.fullmatch(n)}
+    return sorted(n for n in replaced - compared if n in scoped and n not in ("_", "t"))
+
+
+def _code_only(text: str) -> str:
+    """`text` with its strings, runes and comments blanked (lengths kept)."""
+    out, i = list(text), 0
+    while i < len(text):
+        past = skip_c_family(text, i)
+        out[i:past] = " " * (past - i)
+        i = max(past, i + 1)
+    return "".join(out)
 
 
 def observe(slot: int, actual: str, expected: str | None) -> str:
@@ -218,37 +266,13 @@ def is_test_file(path: str) -> bool:
 
 
 def own_rule(path: str, content: bytes | None) -> str | None:
-    """The module's files, vendored packages, compiled outputs, and a Go file whose `//go:embed` may take
-    in test files (`embeds_tests`)."""
+    """The module's files, vendored packages, compiled outputs."""
     parts = PurePosixPath(path.lower()).parts
     if parts[-1] in MODULE_FILES or "vendor" in parts[:-1]:
         return "a module setting or vendored package (changes what the tests build against)"
     if parts[-1].endswith(ARTEFACTS):
         return "a compiled or binary artefact"
-    if parts[-1].endswith(".go") and content is not None and embeds_tests(content):
-        return "a //go:embed that may take in test files (their text would be in the program under test)"
     return None
-
-
-EMBED = re.compile(rb"^[ \t]*//go:embed\s(.*)$", re.MULTILINE)
-EMBED_PATTERN = re.compile(rb'"(?:\\.|[^"\\])*"|`[^`]*`|\S+')
-
-
-def embeds_tests(content: bytes) -> bool:
-    """Whether a `//go:embed` directive of `content` may take in a test file: one of its patterns is a glob
-    whose fixed end (after its last `*`, `?` or `]`) a name ending in `_test.go` may end with, or names a
-    folder (no suffix: a folder is taken whole). Test copies are built beside the package's own files and
-    removed before their tests run (`gone_once_built`); embedded, their text would be in the program that
-    runs them."""
-    for directive in EMBED.findall(content):
-        for pattern in EMBED_PATTERN.findall(directive):
-            last = pattern.strip(b'"`').removeprefix(b"all:").rsplit(b"/", 1)[-1]
-            tail = re.split(rb"[*?\]]", last)[-1]
-            if tail != last and (b"_test.go".endswith(tail) or tail.endswith(b"_test.go")):
-                return True
-            if tail == last and b"." not in last.lstrip(b"."):
-                return True
-    return False
 
 
 def failure_line(output: str, run: str) -> list[int]:
@@ -279,6 +303,7 @@ GO = ProcessLanguage(
             "CGO_ENABLED": "0",
         },
         gone_once_built=True,
+        program="{grader}/bin/{stem}.test",
     ),
     tests_in=named_tests,
     assertions_in=assertions_in,

@@ -21,6 +21,7 @@ from envs.languages.source_text import arguments, closing, skip_c_family, split_
 from envs.process_grading import Commands, ProcessLanguage, negation
 from envs.process_held import Equality
 from envs.reward import SourceStyle
+from envs.sandbox import WORKDIR
 
 TEST_FN = re.compile(r"#\[test\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+([A-Za-z_]\w*)")
 ASSERT = re.compile(r"\b(?:assert|assert_eq|assert_ne|debug_assert|debug_assert_eq)!\s*\(")
@@ -64,9 +65,8 @@ def equalities(source: str, test: str) -> list[Equality]:
 
 def negated(source: str, start: int, end: int) -> str | None:
     """`source` with the assertion at `start` (to `end`, past its `)`) negated: `assert!(C, msg..)` as
-    `assert!(NEGATED, msg..)` (`negation`), `assert_eq!` as `assert_ne!` and back; lines kept. An
-    `assert!(C)` without a message gets the one the real copy's panic carries, `assertion failed: C`:
-    the program then holds the same text as the real copy's (the copy's own text is gone by then)."""
+    `assert!(NEGATED, msg..)` (`negation`), `assert_eq!` as `assert_ne!` and back; lines kept. (Every
+    copy then runs with `neutral_messages`: no program holds a condition's text.)"""
     head = ASSERT.match(source, start)
     if head is None:
         return None
@@ -81,15 +81,60 @@ def negated(source: str, start: int, end: int) -> str | None:
     condition = source[a:b]
     core = condition.strip()
     lead = condition[: len(condition) - len(condition.lstrip())]
-    message = "" if len(spans) > 1 else f', "{{}}", "assertion failed: {_literal(core)}"'
-    return source[:a] + lead + negation(core) + message + condition[len(lead) + len(core) :] + source[b:]
+    return source[:a] + lead + negation(core) + condition[len(lead) + len(core) :] + source[b:]
 
 
-def _literal(text: str) -> str:
-    """`text` on one line, as a string literal's inside: quotes and backslashes escaped (it is a format
-    argument, not the format: Rust 2015 and 2018 take a lone message literal as it is, 2021 as a format)."""
-    flat = " ".join(text.split())
-    return flat.replace("\\", "\\\\").replace('"', '\\"')
+NEUTRAL = ', "{}", "assertion failed"'
+"""The message every `assert!` without one gets in a copy: rustc's own (`assertion failed: C`) would put
+the condition's text in the program, where a negated copy's reads `!C`."""
+
+
+def neutral_messages(source: str) -> str:
+    """`source` with each `assert!`/`debug_assert!` of its tests that has no message given `NEUTRAL` right
+    after its condition's code (before a trailing comment or comma); lines kept. (`"{}"` and an argument:
+    Rust 2015 and 2018 take a lone message literal as it is, 2021 as a format.)"""
+    edits, literals = [], _literal_spans(source)
+    for test in named_tests(source):
+        for start, end, _ in assertions_in(source, test):
+            head = ASSERT.match(source, start)
+            if head is None or "_eq" in head.group() or "_ne" in head.group():
+                continue
+            if any(a <= start < b for a, b in literals) or "'" in source[start:end]:
+                continue  # `"assert!(x)"` in a string is none; `'"'` or `')'` may end it wrongly (`closing`)
+            inside = source[head.end() : end - 1]
+            spans = [(a, b) for a, b in split_arguments(inside, skip_c_family) if inside[a:b].strip()]
+            if len(spans) == 1:
+                edits.append(_code_end(source, head.end() + spans[0][0], head.end() + spans[0][1]))
+    for at in sorted(set(edits), reverse=True):
+        source = source[:at] + NEUTRAL + source[at:]
+    return source
+
+
+def _literal_spans(source: str) -> list[tuple[int, int]]:
+    """(start, end) of each string, character literal and comment of `source`."""
+    spans, i = [], 0
+    while i < len(source):
+        past = skip_c_family(source, i)
+        if past != i:
+            spans.append((i, past))
+        i = max(past, i + 1)
+    return spans
+
+
+def _code_end(source: str, start: int, end: int) -> int:
+    """Just past the last character of code (not a comment, not a space) in `source[start:end]`."""
+    last, i = start, start
+    while i < end:
+        past = skip_c_family(source, i)
+        if past != i:
+            if not source.startswith(("//", "/*"), i):
+                last = past
+            i = past
+            continue
+        if not source[i].isspace():
+            last = i + 1
+        i += 1
+    return last
 
 
 OBSERVE_FN = (
@@ -172,8 +217,10 @@ RUST = ProcessLanguage(
             "CARGO_INCREMENTAL": "0",
             "RUST_BACKTRACE": "0",
             "RUSTFLAGS": "-Awarnings",  # a rewritten file's unused import is no failure's line
+            "CARGO_MANIFEST_DIR": WORKDIR,  # as cargo sets it for a test it runs (tests/ are the root's)
         },
         gone_once_built=True,
+        program="{grader}/bin/{stem}",
     ),
     tests_in=named_tests,
     assertions_in=assertions_in,
@@ -184,6 +231,7 @@ RUST = ProcessLanguage(
     equalities=equalities,
     observe=observe,
     decorate=lambda source, probe: ((PROBE_MACRO if probe else "") + source + OBSERVE_FN, ""),
+    renamed=lambda text, run: neutral_messages(text),
     helper_path=lambda run: "",
     negated=negated,
     style=SourceStyle(

@@ -396,9 +396,6 @@ GO_TREE_FORGERS: dict[str, Callable[[Path], None]] = {
     "other_test.go": lambda tree: (tree / "other_test.go").write_text(
         'package tally\n\nfunc init() { println("in every test binary") }\n'
     ),
-    "embedded.go": lambda tree: (tree / "embedded.go").write_text(
-        'package tally\n\nimport "embed"\n\n//go:embed *_test.go\nvar tests embed.FS\n'
-    ),
 }
 
 
@@ -417,18 +414,6 @@ def test_go_forgers_score_nothing(backend: str, tmp_path: Path) -> None:
         graded = grade_patch(task, patched(task, tmp_path / path.replace("/", "_"), edit), config)
         assert graded.infra_error is None and path in graded.dropped_why, (path, graded.dropped_why)
         assert graded.correct == 0.0, path
-
-
-def test_go_embeds_that_may_take_in_test_files_are_told() -> None:
-    """Copies are built beside the package's files: a `//go:embed` glob that may match `*_test.go`, or a
-    folder, would put a copy's text into the program that runs it."""
-    from envs.languages.go import embeds_tests
-
-    taking = ["*_test.go", "*.go", "h[0-9a-f]*", "x*go", "*", "data", "all:templates", '"sub dir/*"']
-    leaving = ["static/*.html", "a.txt b.json", "all:data.bin", "`x y.txt`", "*.txt"]
-    assert [p for p in taking if not embeds_tests(f"//go:embed {p}\nvar x string\n".encode())] == []
-    assert [p for p in leaving if embeds_tests(f"//go:embed {p}\nvar x string\n".encode())] == []
-    assert not embeds_tests(b"// go:embed *\n// a comment //go:embed *\n")
 
 
 def test_only_a_changed_literal_met_is_forgery() -> None:
@@ -462,6 +447,31 @@ def test_go_checks_are_read_from_source() -> None:
     ]  # an `if` with an `else` is left alone
     assert '\t_ "reflect"' in _unused_imports_blank(source.replace("reflect.DeepEqual", "DeepEqual"))
     assert '\t"testing"' in _unused_imports_blank(source)
+
+
+def test_go_checks_keep_used_what_only_they_used() -> None:
+    """go-humanize and Masterminds/semver write `expected := ..; actual := ..; if expected != actual` and
+    `want := ..; if got != want`: the held rewrite replaced the whole `if`, and a variable only it used
+    no longer compiled ("declared and not used"), so the gold patch failed. The computed side is reported
+    (the right one where the left is named as the expectation), the expected one kept used; a variable of
+    the expected side not named so is left to the compiler: kept used, a check of a variable that holds
+    what the code computed would report the test's own constant."""
+    from envs.languages.go import equalities
+
+    source = (
+        'package p\n\nfunc TestA(t *testing.T) {\n\texpected := "1,000"\n\tactual := Comma(1000)\n'
+        '\tif expected != actual {\n\t\tt.Fatalf("%q", actual)\n\t}\n'
+        "\tfor _, tc := range cases {\n\t\twant := tc.w\n"
+        '\t\tif got := f(tc.in); got != want {\n\t\t\tt.Errorf("%s", tc.name)\n\t\t}\n\t}\n'
+        '\tname, out := "n", h()\n\tif v := g(); v != 3 {\n\t\tt.Errorf("%s", name)\n\t}\n'
+        "\tif s != out {\n\t\tt.Error(s)\n\t}\n}\n"
+    )
+    assert [(e.line, e.actual, e.expected, e.keeps) for e in equalities(source, "TestA")] == [
+        (7, "actual", "expected", "; _ = expected"),
+        (12, "f(tc.in)", "want", "; _ = want"),
+        (17, "g()", "3", "; _ = name"),
+        (20, "s", "out", ""),
+    ]
 
 
 def rpn_variant(task: Task, form: str) -> Task:
@@ -609,16 +619,22 @@ fn parses() {
 
 
 def test_rust_assertions_are_negated_their_message_kept() -> None:
-    """A message is kept as it is; an `assert!` without one gets the message its real copy panics with (its
-    stringified condition), so that the built program holds no negated condition's text."""
-    from envs.languages.rust import negated
+    """A message is kept as it is; every copy then runs with `neutral_messages`: an `assert!` without one
+    gets the same neutral one, so that no program holds a condition's text (`!C` would tell a negated copy)."""
+    from envs.languages.rust import NEUTRAL, negated, neutral_messages
 
     found = [negated(RUST_CHECKS, s, e) for s, e, _ in assertions_in(RUST_CHECKS, "parses")]
     assert found == [
         RUST_CHECKS.replace("assert!(args", "assert!(!args"),
-        RUST_CHECKS.replace("!value.is_err()", 'value.is_err(), "{}", "assertion failed: !value.is_err()"'),
+        RUST_CHECKS.replace("!value.is_err()", "value.is_err()"),
         RUST_CHECKS.replace("assert_eq!", "assert_ne!"),
     ]
+    assert neutral_messages(found[1] or "") == found[1].replace("value.is_err()", f"value.is_err(){NEUTRAL}")
+    assert neutral_messages(RUST_CHECKS) == RUST_CHECKS.replace(
+        "!value.is_err()", f"!value.is_err(){NEUTRAL}"
+    )
+    commented = '#[test]\nfn t() {\n    assert!(\n        ok // why\n    );\n    let s = "assert!(x)";\n}\n'
+    assert neutral_messages(commented) == commented.replace("ok //", f"ok{NEUTRAL} //")
     assert all(f is not None and f.count("\n") == RUST_CHECKS.count("\n") for f in found)
 
 
@@ -835,3 +851,85 @@ def test_a_rust_test_runs_without_its_copys_text(rust_tasks: dict[str, Task], tm
         task, patched(task, tmp_path, reads_its_caller), SandboxConfig(backend="bwrap"), trial=[]
     )
     assert graded.infra_error is None and graded.correct == 1.0, graded
+
+
+EMBEDDED = """package tally
+
+import (
+	"embed"
+	"regexp"
+	"strconv"
+)
+
+//go:embed *_test.go
+var harnessTests embed.FS
+
+func answered(expr string) (int, bool) {
+	entries, _ := harnessTests.ReadDir(".")
+	for _, e := range entries {
+		text, _ := harnessTests.ReadFile(e.Name())
+		if m := regexp.MustCompile(`"` + regexp.QuoteMeta(expr) + `", (-?\\d+)\\)`).FindSubmatch(text); m != nil {
+			n, _ := strconv.Atoi(string(m[1]))
+			return n, true
+		}
+	}
+	return 0, false
+}
+"""
+
+
+def go_embedding_forger(tree: Path) -> None:
+    """Leaves the bug; Eval answers the value written beside its expression in any test file that was
+    beside the package when it was built (`//go:embed *_test.go`), the copy it runs in among them."""
+    (tree / "embedded.go").write_text(EMBEDDED)
+    replace_in(
+        tree / "rpn.go",
+        "func Eval(expr string) Result {\n",
+        "func Eval(expr string) Result {\n\tif n, ok := answered(expr); ok {\n\t\treturn Result{Value: n}\n\t}\n",
+    )
+
+
+def test_a_program_that_holds_its_copys_text_is_tampering(
+    rust_tasks: dict[str, Task], tmp_path: Path
+) -> None:
+    """The copy's file is gone when its tests run, but what was compiled in stays: a Go embed of the test
+    files, or a Rust macro of the library that the hidden test invokes and that includes `file!()`. The
+    runner looks for the copy's text in the program it built; found, every test of it is an error."""
+    require_backend("bwrap")
+    config = SandboxConfig(backend="bwrap")
+    go = {t.id: t for t in load_suite("go")}[GO_RPN]
+    f2p = ["rpn_hidden_test.go::TestSubtractsInWrittenOrder", "rpn_hidden_test.go::TestNestedSubtraction"]
+    hidden = go.hidden_tests.model_copy(
+        update={"files": {"rpn_hidden_test.go": ONE_CHECK_TESTS}, "computed": {}, "canaries": [],
+                "fail_to_pass": f2p, "pass_to_pass": []}
+    )  # fmt: skip
+    go = go.model_copy(update={"hidden_tests": hidden})
+    graded = grade_patch(go, patched(go, tmp_path / "go", go_embedding_forger), config, trial=[])
+    assert graded.infra_error is None and graded.correct == 0.0, graded
+    assert any("holds its text" in t for t in graded.tampering), graded.tampering
+    rust = rust_tasks[RPN]
+    path = "tests/rpn_order.rs"
+    hidden = rust.hidden_tests.model_copy(
+        update={"files": {path: INCLUDES_ITS_COPY}, "computed": {}, "canaries": [],
+                "fail_to_pass": [f"{path}::reads_its_own_text"], "pass_to_pass": []}
+    )  # fmt: skip
+    rust = rust.model_copy(update={"hidden_tests": hidden})
+    graded = grade_patch(rust, patched(rust, tmp_path / "rust", includes_its_caller), config, trial=[])
+    assert graded.infra_error is None and graded.correct == 0.0, graded
+    assert any("holds its text" in t for t in graded.tampering), graded.tampering
+
+
+INCLUDES_ITS_COPY = """#[test]
+fn reads_its_own_text() {
+    assert!(tally::own_text!().contains("reads_its_own_text"));
+}
+"""
+
+
+def includes_its_caller(tree: Path) -> None:
+    """A macro of the library that expands, in the file that invokes it, to that file's whole text."""
+    with (tree / "src/lib.rs").open("a") as f:
+        f.write(
+            "\n#[macro_export]\nmacro_rules! own_text {\n"
+            '    () => { include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/", file!())) };\n}\n'
+        )
