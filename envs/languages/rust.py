@@ -23,7 +23,15 @@ from envs.process_held import Equality
 from envs.reward import SourceStyle
 from envs.sandbox import WORKDIR
 
-TEST_FN = re.compile(r"#\[test\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+([A-Za-z_]\w*)")
+TEST_FN = re.compile(
+    r"#\[test\]\s*(?:(?:#\[[^\]]*\]|//[^\n]*)\s*)*(?:pub\s+)?(?:async\s+)?fn\s+([A-Za-z_]\w*)"
+)
+"""A `#[test]` function: other attributes and line comments may come between (`#[cfg(unix)] // why`)."""
+LITERAL = re.compile(
+    r"None|true|false|-?[\d_]+(?:\.[\d_]+)?\w*|b?\"(?:[^\"\\]|\\.)*\"|'(?:[^'\\]|\\.)+'"
+    r"|(?:Some|Ok|Err)\((?:-?[\d_]+(?:\.[\d_]+)?\w*|b?\"(?:[^\"\\]|\\.)*\"|true|false)\)"
+)
+"""A side of `assert_eq!` that is a constant: `assert_eq!(None, x.upgrade())` compares `x.upgrade()`."""
 ASSERT = re.compile(r"\b(?:assert|assert_eq|assert_ne|debug_assert|debug_assert_eq)!\s*\(")
 CARGO_FILES = frozenset({"build.rs", "cargo.toml", "cargo.lock", "rust-toolchain", "rust-toolchain.toml"})
 ARTEFACTS = (".rlib", ".rmeta", ".o", ".a", ".d")
@@ -59,7 +67,10 @@ def equalities(source: str, test: str) -> list[Equality]:
             continue
         args = arguments(source[head.end() : end - 1])
         if len(args) >= 2 and all(a.strip() for a in args[:2]):
-            found.append(Equality(start, end, line, args[0].strip(), args[1].strip()))
+            actual, expected = args[0].strip(), args[1].strip()
+            if LITERAL.fullmatch(actual) and not LITERAL.fullmatch(expected):
+                actual, expected = expected, actual  # the computed side is reported, never a constant
+            found.append(Equality(start, end, line, actual, expected))
     return found
 
 

@@ -261,6 +261,22 @@ def test_tests_and_assertions_are_found_in_rust_source() -> None:
     assert assertions_in(SOURCE, "third") == []
 
 
+def test_a_constant_first_assert_eq_reports_its_other_side() -> None:
+    """RazrFalcon/rctree writes `assert_eq!(None, weak.upgrade())`: reported, `None` alone gave rustc no type
+    (E0282) and a constant would be no check of the code; autocfg puts a comment between `#[test]`'s
+    attributes and its `fn`."""
+    from envs.languages.rust import equalities
+
+    source = (
+        "#[test]\n#[cfg(unix)] // not on windows\nfn t() {\n    assert_eq!(None, weak.upgrade());\n"
+        '    assert_eq!(f(1), Some(3));\n    assert_eq!("a", g());\n}\n'
+    )
+    assert named_tests(source) == ["t"]
+    assert [(e.actual, e.expected) for e in equalities(source, "t")] == [
+        ("weak.upgrade()", "None"), ("f(1)", "Some(3)"), ("g()", '"a"'),
+    ]  # fmt: skip
+
+
 def test_a_panic_is_placed_in_its_own_file() -> None:
     old = "thread 'x' panicked at 'assertion failed: `(left == right)`', tests/test_ab12.rs:14:5\n"
     new = "thread 'x' panicked at tests/test_ab12.rs:9:5:\nassertion `left == right` failed\n"
