@@ -836,6 +836,21 @@ def test_one_check_tests_are_watched_and_a_test_cannot_read_its_copy(tmp_path: P
     assert reader.infra_error is None and reader.correct == 0.0 and reader.reward <= 0.0, reader
 
 
+def only_hidden(task: Task, files: dict[str, str], fail_to_pass: list[str]) -> Task:
+    """`task` with `files` its only hidden files and `fail_to_pass` its only named tests: nothing held, no
+    canary (a grade with `trial=[]` runs none)."""
+    hidden = task.hidden_tests.model_copy(
+        update={
+            "files": files,
+            "computed": {},
+            "canaries": [],
+            "fail_to_pass": fail_to_pass,
+            "pass_to_pass": [],
+        }
+    )
+    return task.model_copy(update={"hidden_tests": hidden})
+
+
 READS_ITS_COPY = """#[test]
 fn cannot_read_its_own_text() {
     assert_eq!(tally::rpn::caller_text(), None);
@@ -856,13 +871,8 @@ def test_a_rust_test_runs_without_its_copys_text(rust_tasks: dict[str, Task], tm
     """The program cargo built runs each test once the copy's file is gone: the code under test that reads
     the file its caller names (`Location::caller()`, as `file!()` names it) reads nothing."""
     require_backend("bwrap")
-    task = rust_tasks[RPN]
     path = "tests/rpn_order.rs"
-    hidden = task.hidden_tests.model_copy(
-        update={"files": {path: READS_ITS_COPY}, "computed": {}, "canaries": [],
-                "fail_to_pass": [f"{path}::cannot_read_its_own_text"], "pass_to_pass": []}
-    )  # fmt: skip
-    task = task.model_copy(update={"hidden_tests": hidden})
+    task = only_hidden(rust_tasks[RPN], {path: READS_ITS_COPY}, [f"{path}::cannot_read_its_own_text"])
     graded = grade_patch(
         task, patched(task, tmp_path, reads_its_caller), SandboxConfig(backend="bwrap"), trial=[]
     )
@@ -913,23 +923,15 @@ def test_a_program_that_holds_its_copys_text_is_tampering(
     runner looks for the copy's text in the program it built; found, every test of it is an error."""
     require_backend("bwrap")
     config = SandboxConfig(backend="bwrap")
-    go = {t.id: t for t in load_suite("go")}[GO_RPN]
     f2p = ["rpn_hidden_test.go::TestSubtractsInWrittenOrder", "rpn_hidden_test.go::TestNestedSubtraction"]
-    hidden = go.hidden_tests.model_copy(
-        update={"files": {"rpn_hidden_test.go": ONE_CHECK_TESTS}, "computed": {}, "canaries": [],
-                "fail_to_pass": f2p, "pass_to_pass": []}
-    )  # fmt: skip
-    go = go.model_copy(update={"hidden_tests": hidden})
+    go = only_hidden(
+        {t.id: t for t in load_suite("go")}[GO_RPN], {"rpn_hidden_test.go": ONE_CHECK_TESTS}, f2p
+    )
     graded = grade_patch(go, patched(go, tmp_path / "go", go_embedding_forger), config, trial=[])
     assert graded.infra_error is None and graded.correct == 0.0, graded
     assert any("holds its text" in t for t in graded.tampering), graded.tampering
-    rust = rust_tasks[RPN]
     path = "tests/rpn_order.rs"
-    hidden = rust.hidden_tests.model_copy(
-        update={"files": {path: INCLUDES_ITS_COPY}, "computed": {}, "canaries": [],
-                "fail_to_pass": [f"{path}::reads_its_own_text"], "pass_to_pass": []}
-    )  # fmt: skip
-    rust = rust.model_copy(update={"hidden_tests": hidden})
+    rust = only_hidden(rust_tasks[RPN], {path: INCLUDES_ITS_COPY}, [f"{path}::reads_its_own_text"])
     graded = grade_patch(rust, patched(rust, tmp_path / "rust", includes_its_caller), config, trial=[])
     assert graded.infra_error is None and graded.correct == 0.0, graded
     assert any("holds its text" in t for t in graded.tampering), graded.tampering
