@@ -57,13 +57,6 @@ LONG_FIRST = (
     "tests/tasks/test_synth.py",
     "tests/faults/test_forgers.py",
     "tests/harness/training/test_train_distributed.py",
-    "tests/envs/test_java.py",
-    "tests/envs/test_languages.py",
-    "tests/envs/test_javascript.py",
-    "tests/envs/test_javascript_runners.py",
-    "tests/envs/test_mining_languages.py",
-    "tests/envs/test_mining_javascript.py",
-    "tests/envs/test_validation_unwatched.py",
 )
 """The longest files (minutes each), collected first: pytest-xdist hands out files in collection order
 (`--no-loadscope-reorder`), so that the run does not end on one worker busy with one of them."""
