@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments, closing, mask, skip_c_family, string_end
+from envs.languages.source_text import arguments, closing, literal_spans, mask, skip_c_family, string_end
 from envs.process_grading import Commands, ProcessLanguage, negation
 from envs.process_held import Equality
 from envs.reward import SourceStyle
@@ -179,11 +179,9 @@ def _still_used(source: str, test: str, start: int, end: int, sides: tuple[str, 
 
 def _code_only(text: str) -> str:
     """`text` with its strings, runes and comments blanked (lengths kept)."""
-    out, i = list(text), 0
-    while i < len(text):
-        past = skip_c_family(text, i)
-        out[i:past] = " " * (past - i)
-        i = max(past, i + 1)
+    out = list(text)
+    for start, end in literal_spans(text, skip_c_family):
+        out[start:end] = " " * (end - start)
     return "".join(out)
 
 

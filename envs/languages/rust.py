@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from envs.languages.source_text import arguments, closing, skip_c_family, split_arguments
+from envs.languages.source_text import arguments, closing, literal_spans, skip_c_family, split_arguments
 from envs.process_grading import Commands, ProcessLanguage, negation
 from envs.process_held import Equality
 from envs.reward import SourceStyle
@@ -104,7 +104,7 @@ def neutral_messages(source: str) -> str:
     """`source` with each `assert!`/`debug_assert!` of its tests that has no message given `NEUTRAL` right
     after its condition's code (before a trailing comment or comma); lines kept. (`"{}"` and an argument:
     Rust 2015 and 2018 take a lone message literal as it is, 2021 as a format.)"""
-    edits, literals = [], _literal_spans(source)
+    edits, literals = [], literal_spans(source, skip_c_family)
     for test in named_tests(source):
         for start, end, _ in assertions_in(source, test):
             head = ASSERT.match(source, start)
@@ -119,17 +119,6 @@ def neutral_messages(source: str) -> str:
     for at in sorted(set(edits), reverse=True):
         source = source[:at] + NEUTRAL + source[at:]
     return source
-
-
-def _literal_spans(source: str) -> list[tuple[int, int]]:
-    """(start, end) of each string, character literal and comment of `source`."""
-    spans, i = [], 0
-    while i < len(source):
-        past = skip_c_family(source, i)
-        if past != i:
-            spans.append((i, past))
-        i = max(past, i + 1)
-    return spans
 
 
 def _code_end(source: str, start: int, end: int) -> int:

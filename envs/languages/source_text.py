@@ -98,6 +98,17 @@ def mask(text: str, skip: Skip) -> str:
     return "".join(out)
 
 
+def literal_spans(text: str, skip: Skip) -> list[tuple[int, int]]:
+    """(start, end) of each string, character literal and comment of `text` (`skip` says where one ends)."""
+    spans, i = [], 0
+    while i < len(text):
+        past = skip(text, i)
+        if past != i:
+            spans.append((i, past))
+        i = max(past, i + 1)
+    return spans
+
+
 def split_arguments(text: str, skip: Skip) -> list[tuple[int, int]]:
     """The (start, end) of each argument of `text` (what is between a call's parentheses)."""
     commas = [i for i, ch in enumerate(mask(text, skip)) if ch == ","]
