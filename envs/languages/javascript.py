@@ -26,7 +26,9 @@ rewritten to report A through `harness_observe` (LOAD's; a rendering with sorted
 JSON-quoted); probing, both sides are reported and compared with `assert.deepStrictEqual`. Every other
 `assert...(...)` / `expect(...)...` is a check (`_check`): rewritten in place to report, as one value, the
 receiver and arguments (or a comparison's sides) that decide it and its result (`harness_tap`,
-`harness_check`), or what a throwing check's function threw (`harness_thrown`). The judge drops,
+`harness_check`), or what a throwing check's function threw (`harness_thrown`: its class, or the class
+the check names where the throw is of it, `assert.throws(f, RangeError)` or `toThrow(RangeError)`, as
+JUnit's `assertThrows` is reported, so that a fix that throws a subclass passes). The judge drops,
 beside Python's rules, the package's and the runners' settings (`package.json`, lock files, `.npmrc`,
 `tsconfig*.json`, Jest/Vitest/Mocha/Babel configs), `node_modules/`, test files and compiled outputs.
 """
@@ -227,25 +229,39 @@ def _check(call: str) -> str | None:
             return None
         start, end = plain.end() + spans[0][0], plain.end() + spans[0][1]
         throwing = name in THROWING
+        second = inside[slice(*spans[1])].strip() if len(spans) > 1 and name in ("throws", "rejects") else ""
+        named = second if CLASS_NAME.fullmatch(second) else None
     elif call.startswith("expect"):
         start = call.index("(") + 1
         end = closing(call, start - 1) - 1
         throwing = re.search(r"\.\s*(?:toThrow\w*|rejects|resolves)\b", call[end:]) is not None
         if RANGE_MATCHER.match(call, end + 1):
             return None  # `expect(x).toBeCloseTo(2.5)`: a range, which an exact value would narrow
+        matcher = THROW_MATCHER.match(call, end)
+        named = matcher.group(1) if matcher is not None else None
     else:
         return None
     if not throwing and (given_away(call[start:end], TAPPING) or tolerant(call[start:end], TAPPING)):
         return None  # `assert.ok(x === 5)`: a value the text gives away; `assert.ok(x < 5)`: a range
-    return call[:start] + _reported(call[start:end], throwing) + call[end:]
+    return call[:start] + _reported(call[start:end], throwing, named) + call[end:]
 
 
-def _reported(operand: str, throwing: bool) -> str:
-    """`operand` (its spaces kept) wrapped in what reports it."""
+CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
+"""A name the check reads again (`assert.throws(f, RangeError)`, `errors.ParseError`): no call, so reading
+it once more to report what was thrown changes nothing."""
+THROW_MATCHER = re.compile(
+    r"\)\s*\.\s*(?:rejects\s*\.\s*)?toThrow(?:Error)?\s*\(\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)\s*\)$"
+)
+"""`expect(f).toThrow(X)` (or `.rejects.toThrow(X)`) with X a name, after `expect(`'s argument."""
+
+
+def _reported(operand: str, throwing: bool, named: str | None = None) -> str:
+    """`operand` (its spaces kept) wrapped in what reports it; `named`: the class a throwing check names,
+    which a throw of a subclass is reported as (`harness_thrown`)."""
     inner = operand.strip()
     at = operand.index(inner)
     wrapped = (
-        f"harness_thrown({SLOT}, {PROBE}, {inner})"
+        f"harness_thrown({SLOT}, {PROBE}, {inner}{f', {named}' if named else ''})"
         if throwing
         else f"harness_check({SLOT}, {PROBE}, {tapped(inner, TAPPING)})"
     )
@@ -327,9 +343,11 @@ globalThis.harness_tap = (slot, value) => {
   taps.set(slot, [...(taps.get(slot) || []), render(value)]); return value;
 };
 globalThis.harness_check = (slot, probe, value) => { reported(slot, probe, render(value)); return value; };
-globalThis.harness_thrown = (slot, probe, f) => {
+globalThis.harness_thrown = (slot, probe, f, named) => {
+  const named_class = typeof named === "function" && (named === Error || named.prototype instanceof Error);
   const threw = (e) => reported(slot, probe, e instanceof Error
-    ? "threw " + e.constructor.name + ": " + JSON.stringify(String(e.message)) : "threw " + render(e));
+    ? "threw " + (named_class && e instanceof named ? named.name : e.constructor.name) + ": "
+      + JSON.stringify(String(e.message)) : "threw " + render(e));
   const settled = (p) => p.then((v) => { reported(slot, probe, "returned " + render(v)); return v; },
     (e) => { threw(e); throw e; });
   if (typeof f !== "function") return f !== null && typeof f?.then === "function" ? settled(f) : f;

@@ -3,6 +3,7 @@ both backends, forgers in the test process and in the tree scored nothing, and i
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -21,6 +22,7 @@ from envs.languages.javascript import (
     run_path,
 )
 from envs.process_grading import plan_process_run
+from envs.process_held import rewrite
 from envs.sandbox import SandboxConfig
 from envs.validation import validate_task
 from tasks.model import Task
@@ -355,6 +357,51 @@ def test_the_filter_runs_exactly_the_named_test(tmp_path: Path) -> None:
     assert outcomes == {
         "adds (two) numbers.": False, "adds (two) numbers": True, "add": True, "outer > inner > deep": False,
         "outer > adds": True,
+    }  # fmt: skip
+
+
+THROWING = """const { test } = require("node:test");
+const assert = require("node:assert");
+const { parse } = require("../src/parse");
+test("named", () => {
+  assert.throws(() => parse(""), Error);
+});
+test("matched", () => {
+  assert.throws(() => parse(""), /empty/);
+});
+"""
+PARSE = {
+    "gold": 'exports.parse = (s) => { if (!s) throw new RangeError("empty input"); return s; };\n',
+    "fix": 'exports.parse = (s) => { if (!s) throw new TypeError("empty text"); return s; };\n',
+}
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="no node on PATH")
+def test_a_throw_is_reported_as_the_class_its_check_names(tmp_path: Path) -> None:
+    """Red team 7: `threw` reported the thrown value's own class, so a held `assert.throws(f, Error)` of a
+    gold fix that throws a RangeError failed a fix that throws a TypeError, which the test passes. Where
+    the check names a class the throw is of, that class is reported (JUnit's `assertThrows` is reported so):
+    the gold tree and the other fix report the same value; a check naming no class (a pattern) still reports
+    the thrown class, which tells the two apart."""
+    (tmp_path / "t").mkdir()
+    (tmp_path / "src").mkdir()
+    tests = named_tests(THROWING)
+    written = rewrite(JAVASCRIPT, THROWING, tests, {}, probe=True).source
+    (tmp_path / "t/h1.test.js").write_text(written.replace("../src/parse", "../src/parse.js"))
+    reported: dict[str, dict[str, list[str]]] = {}
+    for tree, code in PARSE.items():
+        (tmp_path / "src/parse.js").write_text(code)
+        for name in tests:
+            argv = [
+                a.replace("{dir}/{stem}", "t/h1.test").replace("{test}", name)
+                for a in JAVASCRIPT.commands.test
+            ]
+            run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, run.stdout + run.stderr
+            reported.setdefault(name, {})[tree] = re.findall(r"(?m)^harness-observe \d+ (.*)$", run.stdout)
+    assert reported["named"] == {"gold": ['threw Error: "empty input"'], "fix": ['threw Error: "empty text"']}
+    assert reported["matched"] == {
+        "gold": ['threw RangeError: "empty input"'], "fix": ['threw TypeError: "empty text"'],
     }  # fmt: skip
 
 
