@@ -389,11 +389,31 @@ def run_process_plan(language: ProcessLanguage, plan: ProcessPlan, request: Hidd
     if READY not in run.output and not run.timed_out:
         raise SandboxError(f"the grader's test runner did not start: {run.output.strip()[-1000:]}")
     read = _read_report(sandbox, report, run.output)
-    outcomes = held_outcomes(plan, read.outcomes, read.observed)
+    observed = as_written(plan, read.observed)
+    outcomes = held_outcomes(plan, read.outcomes, observed)
     return score_process_run(
-        language, plan, request, Observed(outcomes, read.crashes, read.observed), read.tampering,
+        language, plan, request, Observed(outcomes, read.crashes, observed), read.tampering,
         read.collect_errors, run.timed_out,
     )  # fmt: skip
+
+
+def as_written(plan: ProcessPlan, observed: dict[str, list[list[Any]]]) -> dict[str, list[list[Any]]]:
+    """`observed` with each copy's own name (its run path's stem, new in every grade) read as the hidden
+    file's it copies: a value that names the test class (Java's `H<hex>Test$Instantiable`, a message that
+    quotes it) comes back as the gold tree's probe reported it (`TypeHandlerTest$Instantiable`), and is
+    held like any other value rather than differing in every run."""
+    found: dict[str, list[list[Any]]] = {}
+    for run_id, values in observed.items():
+        run = run_id.partition("::")[0]
+        origin = plan.origin.get(run)
+        own, stem = PurePosixPath(run).stem, PurePosixPath(origin).stem if origin else ""
+        found[run_id] = [
+            [v[0], v[1].replace(own, stem), *v[2:]]
+            if stem and isinstance(v, list) and len(v) > 1 and isinstance(v[1], str)
+            else v
+            for v in values
+        ]
+    return found
 
 
 def _with_grader(target: dict[str, Any], grader: str) -> dict[str, Any]:

@@ -411,6 +411,8 @@ final class HarnessObserve {
         // A value of the JDK's own types reads as its text; any other (a Number or Collection of the code
         // under test's own, a class whose toString says 5) with its class, as equals would tell them apart.
         String type = v.getClass().getName();
+        // Object's own toString, `Name@1b6d3586`: an identity hash, new in every run, that no equals compares.
+        if (text.equals(type + "@" + Integer.toHexString(System.identityHashCode(v)))) text = type + "@";
         if (v instanceof java.util.Collection) return type + all((java.util.Collection<?>) v, "[", "]", false);
         return type.startsWith("java.") ? text : type + "(" + text + ")";
     }

@@ -250,18 +250,19 @@ CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 """A name the check reads again (`assert.throws(f, RangeError)`, `errors.ParseError`): no call, so reading
 it once more to report what was thrown changes nothing."""
 THROW_MATCHER = re.compile(
-    r"\)\s*\.\s*(?:rejects\s*\.\s*)?toThrow(?:Error)?\s*\(\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)\s*\)$"
+    r"\)\s*\.\s*(?:rejects\s*\.\s*)?toThrow(?:Error)?\s*\(\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)\s*,?\s*\)$"
 )
 """`expect(f).toThrow(X)` (or `.rejects.toThrow(X)`) with X a name, after `expect(`'s argument."""
 
 
 def _reported(operand: str, throwing: bool, named: str | None = None) -> str:
     """`operand` (its spaces kept) wrapped in what reports it; `named`: the class a throwing check names,
-    which a throw of a subclass is reported as (`harness_thrown`)."""
+    which a throw of it is reported as, by the name the test writes (`harness_thrown`: not the class's own
+    `name`, which an anonymous class, an alias or a static `name` would change)."""
     inner = operand.strip()
     at = operand.index(inner)
     wrapped = (
-        f"harness_thrown({SLOT}, {PROBE}, {inner}{f', {named}' if named else ''})"
+        f"harness_thrown({SLOT}, {PROBE}, {inner}{f', {named}, {json.dumps(named)}' if named else ''})"
         if throwing
         else f"harness_check({SLOT}, {PROBE}, {tapped(inner, TAPPING)})"
     )
@@ -315,6 +316,15 @@ for (const [from, to] of [[".ts", ".js"], [".cts", ".cjs"]]) {
 )
 """A copy's build: a `.ts` copy transpiled once beside itself (`.js`), not in each test's process."""
 
+LOCK = """for (const k of ["harness_observe", "harness_tap", "harness_check", "harness_thrown", "harness_probe"]) {
+  Object.defineProperty(globalThis, k, { writable: false, configurable: false });
+}
+"""
+"""The reporters made read-only in a plain Node process (node:test's, mocha's), once LOAD or PRELUDE defined
+them: code under test that wrapped one (`harness_thrown`, to see the class a check names thrown) would
+decide what it reports (red team 8). Jest and vitest run the test in a context of their own, where a
+reporter so locked is not seen: there they stay writable."""
+
 LOAD = (
     TRANSPILE
     + r"""
@@ -333,7 +343,9 @@ const render = (v) => typeof v === "string" ? JSON.stringify(v)
   : v !== null && typeof v === "object" && Object.getPrototypeOf(v) === Object.prototype ? keyed(v, Object.keys(v))
   : typeof v === "bigint" ? v + "n" : Object.is(v, -0) ? "-0"
   : util.inspect(v, { depth: null, sorted: true, breakLength: Infinity, maxArrayLength: null, customInspect: false });
-const report = (slot, text) => { fs.writeSync(1, "\nharness-observe " + slot + " " + text + "\n"); };
+const writeSync = fs.writeSync, report = (slot, text) => {
+  writeSync(1, "\nharness-observe " + slot + " " + text + "\n");
+};
 globalThis.harness_observe = (slot, value) => report(slot, render(value));
 const taps = new Map(), reported = (slot, probe, text) => {
   text = [...(taps.get(slot) || []), text].join(" | "); taps.delete(slot);
@@ -343,10 +355,10 @@ globalThis.harness_tap = (slot, value) => {
   taps.set(slot, [...(taps.get(slot) || []), render(value)]); return value;
 };
 globalThis.harness_check = (slot, probe, value) => { reported(slot, probe, render(value)); return value; };
-globalThis.harness_thrown = (slot, probe, f, named) => {
+globalThis.harness_thrown = (slot, probe, f, named, written) => {
   const named_class = typeof named === "function" && (named === Error || named.prototype instanceof Error);
   const threw = (e) => reported(slot, probe, e instanceof Error
-    ? "threw " + (named_class && e instanceof named ? named.name : e.constructor.name) + ": "
+    ? "threw " + (named_class && e instanceof named ? written : e.constructor.name) + ": "
       + JSON.stringify(String(e.message)) : "threw " + render(e));
   const settled = (p) => p.then((v) => { reported(slot, probe, "returned " + render(v)); return v; },
     (e) => { threw(e); throw e; });
@@ -372,7 +384,7 @@ for (const [o, k] of [[Module, "_load"], [Module, "_resolveFilename"], [Module.p
   Object.defineProperty(o, k, { writable: false, configurable: false });
 }
 const base = path.resolve(process.argv[1]);
-const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
+""" + LOCK + r"""const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
 const load = () => import(require("url").pathToFileURL(file).href);
 if (file.endsWith(".mjs")) load();
 else try { require(file); } catch (e) { if (e.code === "ERR_REQUIRE_ESM") load(); else throw e; }
@@ -562,7 +574,7 @@ def _runner_language(runner: str) -> ProcessLanguage:
     commands = Commands(
         prepare=[] if runner == "mocha" else WRITE_SETUP,
         build=[] if runner == "vitest" else base.build,
-        test=["node", "-e", PRELUDE + program if runner == "mocha" else program, "{dir}/{stem}", "{test}",
+        test=["node", "-e", PRELUDE + LOCK + program if runner == "mocha" else program, "{dir}/{stem}", "{test}",
               "{grader}"],
         passed=PASSED[runner],
         env={**base.env, "NO_COLOR": "1", "CI": "1"},

@@ -26,7 +26,7 @@ from envs.languages.java import (
     renamed,
     run_path,
 )
-from envs.process_grading import plan_process_run, text_canaries
+from envs.process_grading import as_written, plan_process_run, text_canaries
 from envs.sandbox import SandboxConfig
 from envs.validation import validate_task
 from tasks.canaries import load_canaries
@@ -402,6 +402,23 @@ def test_every_copy_runs_under_a_fresh_name(java_tasks: dict[str, Task]) -> None
         run_path("test/RpnTest.java", "ab")
 
 
+def test_a_value_naming_the_copy_reads_as_the_hidden_file(java_tasks: dict[str, Task]) -> None:
+    """A copy's class is named anew in every grade, so a value naming the test class (a nested class,
+    `assertEquals(Instantiable.class, clazz)` in apache/commons-cli's TypeHandlerTest, or a message that
+    quotes one) differed in every run and could not be held: the parent reads each copy's name as the
+    hidden file's before any comparison."""
+    task = java_tasks[RPN]
+    plan = plan_process_run(JAVA, task, [])
+    run = next(str(t["path"]) for t in plan.targets if plan.origin[str(t["path"])] == HIDDEN)
+    stem, own = Path(run).stem, Path(HIDDEN).stem
+    observed = {
+        f"{run}::t": [["0", f"class tally.{stem}$Inner"], ["1", f'threw X: "no {stem}$Y()"'], ["2", 5]]
+    }
+    assert as_written(plan, observed) == {
+        f"{run}::t": [["0", f"class tally.{own}$Inner"], ["1", f'threw X: "no {own}$Y()"'], ["2", 5]]
+    }
+
+
 SOURCE = """package tally;
 
 import static org.junit.jupiter.api.Assertions.*;
@@ -501,7 +518,7 @@ public class Render {
         java.util.Map<String, Integer> map = new java.util.TreeMap<>(java.util.Map.of("y", 2, "x", 1));
         Object[] values = {"a \\"q\\"\\n", 'c', 5, 5L, 2.5f, 2.5, null, new int[] {1, 2},
             new String[][] {{"x"}}, java.util.List.of("a b", "c"), set, map, java.util.Optional.empty(),
-            java.util.Optional.of("v"), true, 5.0, 5.0f, -0.0, 1e20};
+            java.util.Optional.of("v"), true, 5.0, 5.0f, -0.0, 1e20, new Object(), new Render()};
         for (Object v : values) System.out.println(HarnessObserve.render(v));
         HarnessObserve.observe(7, java.util.List.of("line\\nbreak"));
         HarnessObserve.probe(8, 5, 5L);
@@ -518,20 +535,22 @@ public class Render {
 def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> None:
     """The helper a rewritten copy calls: strings quoted and escaped, numbers in decimal (a float as the
     double it widens to, a whole one as the integer it equals: a held `5` from an int and a fix returning
-    `5.0` read alike), arrays and collections element by element, sets and maps sorted; a probe
-    compares as JUnit's overloads do (5 and 5L alike; 2 and 2.5 not)."""
+    `5.0` read alike), arrays and collections element by element, sets and maps sorted, an object with
+    Object's own toString without the identity hash that differs in every run; a probe compares as JUnit's
+    overloads do (5 and 5L alike; 2 and 2.5 not)."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK")
     (tmp_path / "Render.java").write_text(RENDER + HELPER)
     subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Render.java")], check=True)
     out = subprocess.run(["java", "-cp", str(tmp_path), "Render"], capture_output=True, text=True, check=True)
     lines = [line for line in out.stdout.split("\n") if line]
-    assert lines[:19] == [
+    assert lines[:21] == [
         r'"a \"q\"\n"', "'c'", "5", "5", "2.5", "2.5", "null", "[1, 2]", '[["x"]]', '["a b", "c"]',
         '{"a", "b", "c"}', '{"x"=1, "y"=2}', "Optional.empty", 'Optional["v"]', "true",
         "5", "5", "-0.0", "1.0E20",  # a whole double as the int it equals (JUnit's assertEquals(5, 5.0) passes)
+        "java.lang.Object@", "Render(Render@)",  # Object's toString without its identity hash, new every run
     ]  # fmt: skip
-    assert lines[19:] == [
+    assert lines[21:] == [
         r'harness-observe 7 ["line\nbreak"]',
         "harness-observe 8 5",
         "harness-observe -9 5",

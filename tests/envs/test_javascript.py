@@ -362,32 +362,47 @@ def test_the_filter_runs_exactly_the_named_test(tmp_path: Path) -> None:
 
 THROWING = """const { test } = require("node:test");
 const assert = require("node:assert");
-const { parse } = require("../src/parse");
+const { parse, ParseError } = require("../src/parse");
 test("named", () => {
   assert.throws(() => parse(""), Error);
+});
+test("exported", () => {
+  assert.throws(() => parse(""), ParseError);
 });
 test("matched", () => {
   assert.throws(() => parse(""), /empty/);
 });
 """
 PARSE = {
-    "gold": 'exports.parse = (s) => { if (!s) throw new RangeError("empty input"); return s; };\n',
-    "fix": 'exports.parse = (s) => { if (!s) throw new TypeError("empty text"); return s; };\n',
+    "gold": "class ParseError extends RangeError {}\n"
+    'exports.parse = (s) => { if (!s) throw new ParseError("empty input"); return s; };\n'
+    "exports.ParseError = ParseError;\n",
+    "fix": "exports.ParseError = class extends TypeError {};\n"
+    'exports.parse = (s) => { if (!s) throw new exports.ParseError("empty text"); return s; };\n',
+    "wrapper": "exports.ParseError = class ParseError extends Error {};\n"
+    "exports.parse = (s) => s;\n"
+    "const real = globalThis.harness_thrown;\n"
+    "globalThis.harness_thrown = (s, p, f, named, written) => real(s, p, () => { throw new named('x'); },"
+    " named, written);\n",
 }
+"""The gold fix; another that throws an anonymous class exported under the same name; the bug left, with
+the check's reporter wrapped so that it sees the named class thrown."""
 
 
 @pytest.mark.skipif(shutil.which("node") is None, reason="no node on PATH")
 def test_a_throw_is_reported_as_the_class_its_check_names(tmp_path: Path) -> None:
     """Red team 7: `threw` reported the thrown value's own class, so a held `assert.throws(f, Error)` of a
     gold fix that throws a RangeError failed a fix that throws a TypeError, which the test passes. Where
-    the check names a class the throw is of, that class is reported (JUnit's `assertThrows` is reported so):
-    the gold tree and the other fix report the same value; a check naming no class (a pattern) still reports
-    the thrown class, which tells the two apart."""
+    the check names a class the throw is of, the name the test writes is reported (JUnit's `assertThrows` is
+    reported so; red team 8: not the class's own `name`, which an anonymous class has empty): the gold tree
+    and the other fix report the same class; a check naming no class (a pattern) still reports the thrown
+    class, which tells the two apart. The reporters are read-only: code under test that wraps one to see
+    the named class thrown (red team 8) changes nothing, and the bug fails its checks."""
     (tmp_path / "t").mkdir()
     (tmp_path / "src").mkdir()
     tests = named_tests(THROWING)
     written = rewrite(JAVASCRIPT, THROWING, tests, {}, probe=True).source
-    (tmp_path / "t/h1.test.js").write_text(written.replace("../src/parse", "../src/parse.js"))
+    (tmp_path / "t/h1.test.js").write_text(written)
     reported: dict[str, dict[str, list[str]]] = {}
     for tree, code in PARSE.items():
         (tmp_path / "src/parse.js").write_text(code)
@@ -397,12 +412,17 @@ def test_a_throw_is_reported_as_the_class_its_check_names(tmp_path: Path) -> Non
                 for a in JAVASCRIPT.commands.test
             ]
             run = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=60)
-            assert run.returncode == 0, run.stdout + run.stderr
+            assert (run.returncode == 0) == (tree != "wrapper"), (tree, run.stdout + run.stderr)
             reported.setdefault(name, {})[tree] = re.findall(r"(?m)^harness-observe \d+ (.*)$", run.stdout)
-    assert reported["named"] == {"gold": ['threw Error: "empty input"'], "fix": ['threw Error: "empty text"']}
-    assert reported["matched"] == {
-        "gold": ['threw RangeError: "empty input"'], "fix": ['threw TypeError: "empty text"'],
+    assert reported["named"] == {
+        "gold": ['threw Error: "empty input"'], "fix": ['threw Error: "empty text"'], "wrapper": ['returned ""'],
     }  # fmt: skip
+    assert reported["exported"] == {
+        "gold": ['threw ParseError: "empty input"'], "fix": ['threw ParseError: "empty text"'],
+        "wrapper": ['returned ""'],
+    }  # fmt: skip
+    assert reported["matched"]["gold"] == ['threw ParseError: "empty input"']
+    assert reported["matched"]["fix"] == ['threw : "empty text"']
 
 
 def test_a_failure_is_placed_by_its_stack_not_its_location() -> None:

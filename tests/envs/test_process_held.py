@@ -66,9 +66,10 @@ JS_CHECKS = {
     "assert.ok(r.size)": "assert.ok(harness_check(S, P, r.size))",
     "assert.throws(() => f(1), /x/)": "assert.throws(harness_thrown(S, P, () => f(1)), /x/)",
     "expect(() => f()).toThrow('x')": "expect(harness_thrown(S, P, () => f())).toThrow('x')",
-    "assert.throws(() => f(1), RangeError)": "assert.throws(harness_thrown(S, P, () => f(1), RangeError), RangeError)",
-    "expect(() => f()).toThrow(errors.Bad)": "expect(harness_thrown(S, P, () => f(), errors.Bad))"
+    "assert.throws(() => f(1), RangeError)": 'assert.throws(harness_thrown(S, P, () => f(1), RangeError, "RangeError"), RangeError)',
+    "expect(() => f()).toThrow(errors.Bad)": 'expect(harness_thrown(S, P, () => f(), errors.Bad, "errors.Bad"))'
     ".toThrow(errors.Bad)",
+    "expect(() => f()).toThrow(\n  Bad,\n)": 'expect(harness_thrown(S, P, () => f(), Bad, "Bad")).toThrow(\n  Bad,\n)',
     "expect(() => f()).toThrow(make())": "expect(harness_thrown(S, P, () => f())).toThrow(make())",
     "expect(m.get('k')).toBeUndefined()": "expect(harness_check(S, P, harness_tap(S, (m)).get('k')))"
     ".toBeUndefined()",
