@@ -384,7 +384,9 @@ for (const [o, k] of [[Module, "_load"], [Module, "_resolveFilename"], [Module.p
   Object.defineProperty(o, k, { writable: false, configurable: false });
 }
 const base = path.resolve(process.argv[1]);
-""" + LOCK + r"""const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
+"""
+    + LOCK
+    + r"""const file = [".js", ".cjs", ".mjs", ".ts", ".cts"].map((e) => base + e).find((f) => fs.existsSync(f));
 const load = () => import(require("url").pathToFileURL(file).href);
 if (file.endsWith(".mjs")) load();
 else try { require(file); } catch (e) { if (e.code === "ERR_REQUIRE_ESM") load(); else throw e; }
