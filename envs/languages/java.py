@@ -313,7 +313,21 @@ final class HarnessObserve {
     private static final java.util.Map<Integer, java.util.List<String>> TAPS = new java.util.HashMap<>();
 
     private static void note(int s, Object v) {
-        TAPS.computeIfAbsent(s, k -> new java.util.ArrayList<>()).add(render(v));
+        TAPS.computeIfAbsent(s, k -> new java.util.ArrayList<>()).add(checked(v));
+    }
+
+    private static boolean typeOnly;
+
+    static String checked(Object v) {
+        // A check's operand or result, its assertion still run: an object with Object's own toString by its
+        // type alone (`Name@`, its identity hash new in every run). An equality's value keeps the hash, so it
+        // is never held: held, its assertEquals would no longer run, and the type would pass any object of it.
+        typeOnly = true;
+        try {
+            return render(v);
+        } finally {
+            typeOnly = false;
+        }
     }
 
     private static void seen(int s, boolean p, String text) {
@@ -334,7 +348,7 @@ final class HarnessObserve {
     static byte tap(int s, byte v) { note(s, v); return v; }
     static boolean tap(int s, boolean v) { note(s, v); return v; }
 
-    static <T> T check(int s, boolean p, T v) { seen(s, p, render(v)); return v; }
+    static <T> T check(int s, boolean p, T v) { seen(s, p, checked(v)); return v; }
     static int check(int s, boolean p, int v) { seen(s, p, render(v)); return v; }
     static long check(int s, boolean p, long v) { seen(s, p, render(v)); return v; }
     static double check(int s, boolean p, double v) { seen(s, p, render(v)); return v; }
@@ -411,8 +425,7 @@ final class HarnessObserve {
         // A value of the JDK's own types reads as its text; any other (a Number or Collection of the code
         // under test's own, a class whose toString says 5) with its class, as equals would tell them apart.
         String type = v.getClass().getName();
-        // Object's own toString, `Name@1b6d3586`: an identity hash, new in every run, that no equals compares.
-        if (text.equals(type + "@" + Integer.toHexString(System.identityHashCode(v)))) text = type + "@";
+        if (typeOnly && text.equals(type + "@" + Integer.toHexString(System.identityHashCode(v)))) text = type + "@";
         if (v instanceof java.util.Collection) return type + all((java.util.Collection<?>) v, "[", "]", false);
         return type.startsWith("java.") ? text : type + "(" + text + ")";
     }

@@ -518,8 +518,9 @@ public class Render {
         java.util.Map<String, Integer> map = new java.util.TreeMap<>(java.util.Map.of("y", 2, "x", 1));
         Object[] values = {"a \\"q\\"\\n", 'c', 5, 5L, 2.5f, 2.5, null, new int[] {1, 2},
             new String[][] {{"x"}}, java.util.List.of("a b", "c"), set, map, java.util.Optional.empty(),
-            java.util.Optional.of("v"), true, 5.0, 5.0f, -0.0, 1e20, new Object(), new Render()};
+            java.util.Optional.of("v"), true, 5.0, 5.0f, -0.0, 1e20, new Render()};
         for (Object v : values) System.out.println(HarnessObserve.render(v));
+        System.out.println(HarnessObserve.checked(java.util.List.of(new Render())));
         HarnessObserve.observe(7, java.util.List.of("line\\nbreak"));
         HarnessObserve.probe(8, 5, 5L);
         try {
@@ -535,8 +536,9 @@ public class Render {
 def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> None:
     """The helper a rewritten copy calls: strings quoted and escaped, numbers in decimal (a float as the
     double it widens to, a whole one as the integer it equals: a held `5` from an int and a fix returning
-    `5.0` read alike), arrays and collections element by element, sets and maps sorted, an object with
-    Object's own toString without the identity hash that differs in every run; a probe compares as JUnit's
+    `5.0` read alike), arrays and collections element by element, sets and maps sorted; an object with
+    Object's own toString keeps its identity hash in an equality's value (so that it is never held: red team
+    9) and is its type alone in a check's, which still runs its assertion; a probe compares as JUnit's
     overloads do (5 and 5L alike; 2 and 2.5 not)."""
     if shutil.which("javac") is None:
         pytest.skip("no JDK")
@@ -544,12 +546,13 @@ def test_observed_values_are_rendered_by_type_on_one_line(tmp_path: Path) -> Non
     subprocess.run(["javac", "-d", str(tmp_path), str(tmp_path / "Render.java")], check=True)
     out = subprocess.run(["java", "-cp", str(tmp_path), "Render"], capture_output=True, text=True, check=True)
     lines = [line for line in out.stdout.split("\n") if line]
-    assert lines[:21] == [
+    assert lines[:19] == [
         r'"a \"q\"\n"', "'c'", "5", "5", "2.5", "2.5", "null", "[1, 2]", '[["x"]]', '["a b", "c"]',
         '{"a", "b", "c"}', '{"x"=1, "y"=2}', "Optional.empty", 'Optional["v"]', "true",
         "5", "5", "-0.0", "1.0E20",  # a whole double as the int it equals (JUnit's assertEquals(5, 5.0) passes)
-        "java.lang.Object@", "Render(Render@)",  # Object's toString without its identity hash, new every run
     ]  # fmt: skip
+    assert re.fullmatch(r"Render\(Render@[0-9a-f]+\)", lines[19])  # an equality's: never held (red team 9)
+    assert lines[20] == "[Render(Render@)]"  # a check's: its type, the identity hash new in every run
     assert lines[21:] == [
         r'harness-observe 7 ["line\nbreak"]',
         "harness-observe 8 5",
