@@ -250,7 +250,7 @@ CLASS_NAME = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*")
 """A name the check reads again (`assert.throws(f, RangeError)`, `errors.ParseError`): no call, so reading
 it once more to report what was thrown changes nothing."""
 THROW_MATCHER = re.compile(
-    r"\)\s*\.\s*(?:rejects\s*\.\s*)?toThrow(?:Error)?\s*\(\s*([A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)*)\s*,?\s*\)$"
+    rf"\)\s*\.\s*(?:rejects\s*\.\s*)?toThrow(?:Error)?\s*\(\s*({CLASS_NAME.pattern})\s*,?\s*\)$"
 )
 """`expect(f).toThrow(X)` (or `.rejects.toThrow(X)`) with X a name, after `expect(`'s argument."""
 
