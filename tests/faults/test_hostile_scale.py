@@ -74,6 +74,11 @@ ALONE_S, ATTACK_S, RAMP_S = 3.0, 4.0, 0.5
 """Seconds of each window: alone, beside spinning neighbours, under attack, `CYCLES` times, then alone
 once more (the neighbours' windows last ATTACK_S, each after RAMP_S of warm-up)."""
 ATTACK_TIMEOUT_S = 2.0
+MEMORY_BOMB_CPU_S = 1.5
+"""CPU seconds the memory bomb is given to reach its limit: its timeout is this over its sandbox's cap.
+Filling 256 MiB took 0.35-0.45 s of CPU (python3's start, the kernel zeroing each page), 2.7-3.1 s under
+the attackers' cap of 0.125 cores: over ATTACK_TIMEOUT_S, so on slower CPUs no bomb reached its limit
+(0 of 10 on both backends in one CI run, every one timed out first)."""
 LATENCY_RATIO_LIMIT = 2.0
 """Under attack over alone, checked on a quiet machine."""
 ATTACK_OVER_SPIN_LIMIT = 1.5
@@ -211,6 +216,7 @@ class Fleet:
     honest: list[ReplacingSandbox]
     attackers: list[ReplacingSandbox]
     pause_s: float
+    attacker_cpus: float
     steps: list[Step] = field(default_factory=list)
     wrong: list[str] = field(default_factory=list)
     """Honest steps whose result was not the expected one."""
@@ -250,7 +256,9 @@ class Fleet:
             with self.lock:
                 self.in_flight += 1
             try:
-                result = sandbox.run(SPIN if spinning else ATTACKS[kind], timeout=ATTACK_TIMEOUT_S)
+                result = sandbox.run(
+                    SPIN if spinning else ATTACKS[kind], timeout=self.timeout(kind, spinning)
+                )
             finally:
                 with self.lock:
                     self.in_flight -= 1
@@ -262,6 +270,11 @@ class Fleet:
             self.attacks.setdefault(kind, []).append(outcome)
             if outcome == "unexpected":
                 self.odd.append(f"{kind}: {result.model_dump(exclude={'output'})} {result.output[-200:]!r}")
+
+    def timeout(self, kind: str, spinning: bool) -> float:
+        if kind == "memory-bomb" and not spinning:
+            return max(ATTACK_TIMEOUT_S, MEMORY_BOMB_CPU_S / self.attacker_cpus)
+        return ATTACK_TIMEOUT_S
 
     def latencies(self, kind: str, windows: list[tuple[float, float]]) -> list[float]:
         return [
@@ -442,7 +455,12 @@ def test_honest_sandboxes_are_unharmed_by_hostile_neighbours(backend: str, sampl
         started_s = time.monotonic() - began
         host.sample()
         idle_memory = host.memory[-1]
-        fleet = Fleet(boxes[attackers:], boxes[:attackers], pause_s=(count - attackers) / HONEST_STEPS_PER_S)
+        fleet = Fleet(
+            boxes[attackers:],
+            boxes[:attackers],
+            pause_s=(count - attackers) / HONEST_STEPS_PER_S,
+            attacker_cpus=cpus,
+        )
         threads = [
             threading.Thread(target=fleet.honest_loop, args=(i, s)) for i, s in enumerate(fleet.honest)
         ]
