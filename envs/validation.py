@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from envs.factory import start_task_sandbox
 from envs.grading import Grade, Probe, collect_patch, grade_patch, judge_patch
+from envs.judge import Judged
 from envs.languages import language_of
 from envs.run_plan import source_of
 from envs.sandbox import SandboxConfig, SandboxError
@@ -115,7 +116,7 @@ def validate_task(
                 f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
             )
     if episode and task.gold_patch and not problems:
-        problems += gold_episode_problems(task, sandbox_config)
+        problems += gold_episode_problems(task, sandbox_config, gold_passed=bool(gold_rewards))
     for _ in range(repeats):
         g = grade_patch(task, "", sandbox_config)
         empty_rewards.append(g.reward)
@@ -290,14 +291,18 @@ def _why_no_canary(task: Task, kept: int, tried: int, held: int, undecided: str 
     return "; ".join(why)
 
 
-def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str]:
+def gold_episode_problems(task: Task, sandbox_config: SandboxConfig, gold_passed: bool = False) -> list[str]:
     """The gold patch played as an agent plays it: a sandbox started as an episode's (setup commands
     run), the change made by `scripted:gold`'s own tool calls (an edit per hunk, a whole-file write where
     a hunk's text is not unique, deletions through bash), the agent's diff collected from it and graded.
     A gold the tools refuse, or whose right fix scores below 1 this way (setup output in the diff, files
     a sandbox cannot hold), is one no agent can solve, though its gold patch grades 1 when applied
-    directly."""
-    if isinstance(judge_patch(start_tree(task, sandbox_config), task.gold_patch or "", task), str):
+    directly. With `gold_passed` (the caller graded the gold patch itself: 1), a collected diff that the
+    judge keeps and drops exactly as it does the gold patch is that same graded tree and is not graded
+    again (a third of a validation's grades; on a process-level language, a JVM or a build a test)."""
+    base = start_tree(task, sandbox_config)
+    gold = judge_patch(base, task.gold_patch or "", task)
+    if isinstance(gold, str):
         return []  # the direct grade says why
     toolbox = Toolbox.for_task(task, ToolsConfig(bash_enabled=True))
     try:
@@ -316,6 +321,8 @@ def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str
         return [f"gold episode: infra error: {e}"]
     if refused:
         return ["the tools refuse the gold patch's calls (scripted:gold): " + "; ".join(refused)]
+    if gold_passed and same_graded_tree(judge_patch(base, patch, task), gold):
+        return []
     g = grade_patch(task, patch, sandbox_config)
     if g.infra_error:
         return [f"gold episode: infra error: {g.infra_error}"]
@@ -324,6 +331,17 @@ def gold_episode_problems(task: Task, sandbox_config: SandboxConfig) -> list[str
         why = g.apply_error or g.tampering or failing or f"dropped {g.dropped_paths}"
         return [f"the gold patch played through an episode does not pass: {why}{not_collected(g, task)}"]
     return []
+
+
+def same_graded_tree(played: Judged | str, gold: Judged) -> bool:
+    """Whether grading `played` grades what it grades of `gold`: the same kept contents, the same
+    dropped paths, the same diff from the base (modes and links included)."""
+    return (
+        not isinstance(played, str)
+        and played.kept == gold.kept
+        and played.dropped == gold.dropped
+        and played.patch == gold.patch
+    )
 
 
 def not_collected(grade: Grade, task: Task) -> str:

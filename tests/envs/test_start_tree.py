@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from envs import validation
 from envs.grading import Grade, collect_patch, grade_patch
 from envs.sandbox import SandboxConfig
 from envs.start_tree import start_tree
@@ -105,3 +109,27 @@ def test_validation_plays_the_gold_patch_through_an_episode(tmp_path: Path) -> N
     # A setup command that fails is a problem of the task, named, not a crash of validation.
     broken = task.model_copy(update={"setup_commands": [*SETUP, "exit 3"]})
     assert any("setup command 'exit 3' failed" in p for p in validate_task(broken, config, 1, False).problems)
+
+
+def test_an_episode_that_collects_the_gold_tree_is_not_graded_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Validation grades the gold patch, then plays it through an episode: a collected diff the judge keeps
+    exactly as it keeps the gold patch is the tree just graded (no third grade); a setup command whose
+    output differs between the start tree and the episode's sandbox makes another tree, which is graded."""
+    graded: list[str] = []
+
+    def counted(task: Task, patch: str, *args: Any, **kwargs: Any) -> Grade:
+        graded.append(patch)
+        return grade_patch(task, patch, *args, **kwargs)
+
+    monkeypatch.setattr(validation, "grade_patch", counted)
+    config = SandboxConfig(backend="bwrap")
+    task = versioned_task(tmp_path / "same", SETUP)
+    assert validate_task(task, config, repeats=1, keep=False).problems == []
+    assert graded == [task.gold_patch, ""]
+    graded.clear()
+    stamped = versioned_task(tmp_path / "stamped", [*SETUP, "od -An -tx1 -N8 /dev/urandom > stamp.txt"])
+    assert validate_task(stamped, config, repeats=1, keep=False).problems == []
+    assert len(graded) == 3 and graded[0] == stamped.gold_patch and graded[2] == ""
+    assert "stamp.txt" in graded[1] and "return a + b" in graded[1]  # the episode's own diff
