@@ -132,13 +132,19 @@ def test_forgers_in_the_test_process_score_nothing(
 ) -> None:
     """The exit forger ends each test's JVM as a passing launcher run would: held values stop it (live
     without them and without canaries, caught beside text canaries). The reading forger answers the
-    literal of its test's file, which a held assertion's copy does not hold."""
+    literal of its test's file, which a held assertion's copy does not hold. What decides in the parent
+    (the forger live without held values, caught by text canaries) is the same on every backend: shown on
+    bwrap alone (on Docker each grade of this task took 50 s of CI)."""
     require_backend(backend)
     task, config = java_tasks[RPN], SandboxConfig(backend=backend)
     patch = patched(task, tmp_path / "exit", exit_forger)
     graded = grade_patch(task, patch, config)
     assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, graded
     assert graded.decided_in_parent >= 6 and set(graded.canaries.values()) <= {"unexplained", "failed"}
+    reading = grade_patch(task, patched(task, tmp_path / "reading", reading_forger), config)
+    assert reading.infra_error is None and reading.correct == 0.0 and reading.reward <= 0.0, reading
+    if backend != "bwrap":
+        return
     plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
     live = grade_patch(plain, patch, config, trial=[])
     assert live.infra_error is None and live.correct == 1.0, live
@@ -148,8 +154,6 @@ def test_forgers_in_the_test_process_score_nothing(
     )
     caught = grade_patch(watched, patch, config)
     assert caught.correct == 0.0 and caught.reward <= 0.0 and caught.tampering
-    reading = grade_patch(task, patched(task, tmp_path / "reading", reading_forger), config)
-    assert reading.infra_error is None and reading.correct == 0.0 and reading.reward <= 0.0, reading
 
 
 FORGE_WHERE_UNHELD = """
