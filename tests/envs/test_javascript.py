@@ -87,7 +87,8 @@ def test_forgers_in_the_test_process_score_nothing(
     backend: str, js_tasks: dict[str, Task], tmp_path: Path
 ) -> None:
     """Held values stop both: the one that exits as passed never reports them, and the one that reads its
-    test's file finds no expected value there. Without held values and canaries both are live."""
+    test's file finds no expected value there. Without held values and canaries both are live (decided in
+    the parent alike on every backend: shown on bwrap)."""
     require_backend(backend)
     task, config = js_tasks[RPN], SandboxConfig(backend=backend)
     plain = task.model_copy(update={"hidden_tests": task.hidden_tests.model_copy(update={"computed": {}})})
@@ -96,6 +97,8 @@ def test_forgers_in_the_test_process_score_nothing(
         graded = grade_patch(task, patch, config)
         assert graded.infra_error is None and graded.correct == 0.0 and graded.reward <= 0.0, (name, graded)
         assert graded.decided_in_parent >= 6, name
+        if backend != "bwrap":
+            continue
         live = grade_patch(plain, patch, config, trial=[])
         assert live.infra_error is None and live.correct == 1.0, (name, live)
 
