@@ -4,6 +4,11 @@
     .venv/bin/python benchmarks/credit_compare.py [--seeds 0-2]
         [--arms grpo,opsd,mixed,hints,teacher,critique,local]
         [--json PATH] [KEY=VALUE ...]
+    .venv/bin/python benchmarks/credit_compare.py --merge A.json B.json ...
+
+`--json` is written again after every arm, so a run stopped part way keeps the arms it finished; `--merge`
+reports the runs of several such files together (seeds run in separate processes, side by side or on
+different days).
 
 Each (seed, arm) runs `harness demo` (`harness/training/train_demo.py`; KEY=VALUE overrides its settings,
 e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms start from one warm start (its GRPO
@@ -202,13 +207,42 @@ def report_cost(runs: list[ArmRun]) -> None:
     console.print(table)
 
 
+def write_json(path: Path, runs: list[ArmRun]) -> None:
+    """The runs so far and their rows (each seed's rows once its GRPO arm is among them)."""
+    seeds = {r.seed for r in runs if r.arm == "grpo"}
+    rows = rows_of([r for r in runs if r.seed in seeds])
+    dump = {"runs": [asdict(r) for r in runs], "rows": [asdict(r) for r in rows]}
+    path.write_text(json.dumps(dump, indent=2) + "\n")
+
+
+def read_runs(paths: list[Path]) -> list[ArmRun]:
+    """The runs of several `--json` files, in order; a (seed, arm) given twice is refused."""
+    runs = [ArmRun(**run) for path in paths for run in json.loads(path.read_text())["runs"]]
+    seen = [(r.seed, r.arm) for r in runs]
+    twice = sorted({k for k in seen if seen.count(k) > 1})
+    if twice:
+        raise SystemExit(f"--merge: these (seed, arm) are in more than one file: {twice}")
+    missing = sorted({r.seed for r in runs} - {r.seed for r in runs if r.arm == "grpo"})
+    if missing:
+        raise SystemExit(f"--merge: seeds without their grpo arm (the budget is its): {missing}")
+    return runs
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0-2", help="(default: %(default)s)")
     parser.add_argument("--arms", default=",".join(ARMS), help="(default: %(default)s)")
-    parser.add_argument("--json", type=Path, help="also write the rows to this file")
+    parser.add_argument("--json", type=Path, help="also write the runs and rows to this file, after each arm")
+    parser.add_argument(
+        "--merge", type=Path, nargs="+", help="report the runs of these --json files together"
+    )
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE settings of the demo")
     args = parser.parse_args()
+    if args.merge:
+        runs = read_runs(args.merge)
+        report(rows_of(runs))
+        report_cost(runs)
+        return 0
     arms = args.arms.split(",")
     if "grpo" not in arms or any(a not in ARMS for a in arms):
         raise SystemExit(f"--arms: some of {sorted(ARMS)}, grpo among them (the budget is its)")
@@ -223,12 +257,10 @@ def main() -> int:
                 console.print(f"[bold]seed {seed}, {arm}")
                 warm = None if arm == "grpo" else Path(tmp) / f"seed{seed}-grpo"
                 runs.append(run_arm(seed, arm, overrides_of(args.overrides), Path(tmp), warm))
-    rows = rows_of(runs)
-    report(rows)
+                if args.json is not None:
+                    write_json(args.json, runs)
+    report(rows_of(runs))
     report_cost(runs)
-    if args.json is not None:
-        dump = {"runs": [asdict(r) for r in runs], "rows": [asdict(r) for r in rows]}
-        args.json.write_text(json.dumps(dump, indent=2) + "\n")
     return 0
 
 

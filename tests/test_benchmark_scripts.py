@@ -51,3 +51,41 @@ def test_the_credit_comparison_reads_each_arm_at_plain_grpos_token_budget() -> N
     cells = [[c.strip() for c in line.split("│")[1:-1]] for line in printed.get().splitlines()]
     rows_printed = {c[0]: c[1:] for c in cells if c and c[0] in ("grpo", "hints")}
     assert rows_printed == {"grpo": ["2.0", "0.00", "0.0%"], "hints": ["3.0", "1.00", "33.3%"]}
+
+
+def test_the_credit_comparison_keeps_each_arm_and_merges_seeds_run_apart(tmp_path: Path) -> None:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from credit_compare import ArmRun, read_runs, rows_of, write_json
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+
+    def run(seed: int, arm: str, rate: float) -> ArmRun:
+        return ArmRun(seed, arm, [rate] * 2, [10.0] * 2, [1.0] * 2, [0.0] * 2, 0.0, 0.0, rate, 0.0, 1.0)
+
+    first, second = tmp_path / "seed0.json", tmp_path / "seed1.json"
+    write_json(first, [run(0, "grpo", 0.5)])  # what a run stopped after its first arm leaves
+    assert [r["arm"] for r in json.loads(first.read_text())["rows"]] == ["grpo"]
+    write_json(first, [run(0, "grpo", 0.5), run(0, "hints", 0.75)])
+    write_json(second, [run(1, "grpo", 0.25), run(1, "hints", 1.0)])
+    runs = read_runs([first, second])
+    assert [(r.seed, r.arm) for r in runs] == [(0, "grpo"), (0, "hints"), (1, "grpo"), (1, "hints")]
+    assert {(r.seed, r.arm): r.pass_rate_at_budget for r in rows_of(runs)} == {
+        (0, "grpo"): 0.5, (0, "hints"): 0.75, (1, "grpo"): 0.25, (1, "hints"): 1.0,
+    }  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/credit_compare.py", "--merge", str(first), str(second)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and "0.875 (0.750-1.000)" in proc.stdout, proc.stdout + proc.stderr
+    for files, why in [
+        ([first, first], "more than one file"),
+        ([tmp_path / "hints.json"], "without their grpo"),
+    ]:
+        write_json(tmp_path / "hints.json", [run(2, "hints", 1.0)])
+        try:
+            read_runs(files)
+        except SystemExit as e:
+            assert why in str(e)
+        else:
+            raise AssertionError(f"{files} merged")
