@@ -94,8 +94,6 @@ def validate_task(
     gold patch and, with `keep`, stores those that fail there in the task's folder. `episode=False` leaves
     the episode out (synthesis: its tasks have no setup commands, and the gold patch only reverts a bug)."""
     problems: list[str] = []
-    gold_rewards: list[float] = []
-    empty_rewards: list[float] = []
     if not task.gold_patch:
         problems.append("no gold patch")
     language = language_of(task)
@@ -105,28 +103,16 @@ def validate_task(
     else:
         computing = []
     problems += computing
-    for _ in range(repeats if task.gold_patch else 0):
-        g = grade_patch(task, task.gold_patch or "", sandbox_config)
-        gold_rewards.append(g.reward)
-        if g.infra_error:
-            problems.append(f"gold: infra error: {g.infra_error}")
-        elif g.correct != 1.0:
-            failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
-            problems.append(
-                f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
-            )
+    golds = (
+        [grade_patch(task, task.gold_patch, sandbox_config) for _ in range(repeats)]
+        if task.gold_patch
+        else []
+    )
+    problems += [p for g in golds for p in _gold_problems(g, task)]
     if episode and task.gold_patch and not problems:
-        problems += gold_episode_problems(task, sandbox_config, gold_passed=bool(gold_rewards))
-    for _ in range(repeats):
-        g = grade_patch(task, "", sandbox_config)
-        empty_rewards.append(g.reward)
-        if g.infra_error:
-            problems.append(f"empty: infra error: {g.infra_error}")
-        elif g.correct != 0.0:
-            problems.append("the empty patch passes: the hidden tests do not catch the bug")
-        elif any(v != "passed" for v in g.pass_to_pass.values()):
-            failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
-            problems.append(f"PASS_TO_PASS tests fail at the base commit: {failing}")
+        problems += gold_episode_problems(task, sandbox_config, gold_passed=bool(golds))
+    empties = [grade_patch(task, "", sandbox_config) for _ in range(repeats)]
+    problems += [p for g in empties for p in _empty_problems(g)]
     undecided = ""
     if keep:
         kept, tried, undecided = (
@@ -139,7 +125,10 @@ def validate_task(
             save_canaries(task.folder, kept)
     else:  # the stored ones, checked: drawn at random, they are not made again
         kept, tried = task.hidden_tests.canaries, len(task.hidden_tests.canaries)
-        still, undecided = _failing_on_gold(task, kept, sandbox_config) if not problems else (kept, "")
+        graded = _stored_canaries_graded(golds, empties)
+        still, undecided = (
+            _failing_on_gold(task, kept, sandbox_config, graded) if not problems else (kept, "")
+        )
         if undecided:
             problems.append(f"the stored canaries could not be checked: {undecided}")
         elif len(still) != len(kept) or any(not (c.lines or c.slots) for c in kept):
@@ -153,8 +142,8 @@ def validate_task(
     held = sum(not c.source for c in planned)  # a held canary runs the real copy's very text
     return Validation(
         task_id=task.id,
-        gold_rewards=gold_rewards,
-        empty_rewards=empty_rewards,
+        gold_rewards=[g.reward for g in golds],
+        empty_rewards=[g.reward for g in empties],
         problems=sorted(set(problems)),
         canaries=len(kept),
         canaries_tried=tried,
@@ -165,6 +154,31 @@ def validate_task(
         uncovered=uncovered_tests(task, planned),
         unwatched=unwatched,
     )
+
+
+def _gold_problems(g: Grade, task: Task) -> list[str]:
+    """What a grade of the gold patch shows wrong: an infra error, or a hidden test that did not pass."""
+    if g.infra_error:
+        return [f"gold: infra error: {g.infra_error}"]
+    if g.correct != 1.0:
+        failing = {k: v for k, v in {**g.fail_to_pass, **g.pass_to_pass}.items() if v != "passed"}
+        return [
+            f"gold patch does not pass: {g.apply_error or g.tampering or failing}{not_collected(g, task)}"
+        ]
+    return []
+
+
+def _empty_problems(g: Grade) -> list[str]:
+    """What a grade of the empty patch shows wrong: an infra error, tampering (a stored text canary the bug
+    itself meets passes there: every test then counts as an error), a pass, or a PASS_TO_PASS test failing."""
+    if g.infra_error:
+        return [f"empty: infra error: {g.infra_error}"]
+    if g.tampering:
+        return [f"the empty patch's grade found tampering: {'; '.join(g.tampering)}"]
+    if g.correct != 0.0:
+        return ["the empty patch passes: the hidden tests do not catch the bug"]
+    failing = {k: v for k, v in g.pass_to_pass.items() if v != "passed"}
+    return [f"PASS_TO_PASS tests fail at the base commit: {failing}"] if failing else []
 
 
 UNWATCHED = "named tests that no held value and no text canary watch"
@@ -407,8 +421,22 @@ TRIAL_ATTEMPTS = 3
 on a loaded host must not cost a task its canaries."""
 
 
+def _stored_canaries_graded(golds: list[Grade], empties: list[Grade]) -> tuple[Grade | None, Grade | None]:
+    """The last gold grade that passed every hidden test and the last empty grade that decided, for the
+    check of the stored canaries (`validate_task(keep=False)`): every grade runs the stored canaries beside
+    the hidden tests and reports each one's verdict, as a trial grade of them does; a trial differs only
+    in what it makes of the verdicts (`grading.canary_findings`: nothing held against the patch). So the
+    check's two trial grades are these, not two more (None where such a grade is missing)."""
+    gold = next((g for g in reversed(golds) if not g.infra_error and g.correct == 1.0), None)
+    empty = next((g for g in reversed(empties) if not g.infra_error), None)
+    return gold, empty
+
+
 def _failing_on_gold(
-    task: Task, trial: list[Canary], sandbox_config: SandboxConfig
+    task: Task,
+    trial: list[Canary],
+    sandbox_config: SandboxConfig,
+    graded: tuple[Grade | None, Grade | None] = (None, None),
 ) -> tuple[list[Canary], str]:
     """Those of `trial` that come back failing at their own assertion on the gold patch, and that the
     base (the empty patch) does not pass either: a canary the bug itself meets would take a wrong answer
@@ -416,10 +444,16 @@ def _failing_on_gold(
     FAIL_TO_PASS test is kept though the base passes it: the base fails the real test, beside which a
     negated canary that passes costs nothing (`Canary.negated`), and the negation of a test's one failing
     check is what the bug itself meets. Each grade is tried up to `TRIAL_ATTEMPTS` times; when none
-    decided, no canary and why (else '')."""
+    decided, no canary and why (else ''). `graded`: grades of the gold and the empty patch already made
+    with `trial` as the task's canaries (`_stored_canaries_graded`), read in place of trial grades."""
     if not trial:
         return [], ""
-    g, why = _trial_grade(task, task.gold_patch or "", trial, sandbox_config, "the gold patch")
+    gold, empty = graded
+    g, why = (
+        (gold, "")
+        if gold is not None
+        else _trial_grade(task, task.gold_patch or "", trial, sandbox_config, "the gold patch")
+    )
     if g is None:
         return [], why
     failing = [c for c in trial if g.canaries.get(c.label) == "failed"]
@@ -430,7 +464,11 @@ def _failing_on_gold(
     screened = [c for c in failing if c not in exempt]
     if not screened:
         return exempt, ""
-    base, why = _trial_grade(task, "", screened, sandbox_config, "the empty patch")
+    base, why = (
+        (empty, "")
+        if empty is not None
+        else _trial_grade(task, "", screened, sandbox_config, "the empty patch")
+    )
     if base is None:
         return [], why
     return [c for c in failing if c in exempt or base.canaries.get(c.label) != "passed"], ""

@@ -128,3 +128,56 @@ def test_validation_names_the_tests_no_canary_covers(tmp_path: Path) -> None:
     assert uncovered_tests(task, [canary]) == [
         t for t in named if t.split("[", 1)[0] != first.split("[", 1)[0]
     ]
+
+
+def test_the_check_of_stored_canaries_reads_the_gold_and_empty_grades(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`tasks validate --check` (keep=False) grades the gold patch and the empty patch, the stored canaries
+    running beside the hidden tests in each: their verdicts there are the check's, so it makes two grades
+    where it made four (two more with the canaries on trial)."""
+    require_backend("bwrap")
+    graded: list[str] = []
+
+    def counted(task: Task, patch: str, *args: Any, **kwargs: Any) -> Grade:
+        graded.append(patch)
+        return grade_patch(task, patch, *args, **kwargs)
+
+    monkeypatch.setattr(validation_module, "grade_patch", counted)
+    task = next(t for t in load_suite("builtin") if t.id == "kvstore-001-expire-boundary")
+    assert len(task.hidden_tests.canaries) == 3
+    validation = validate_task(task, SandboxConfig(backend="bwrap"), repeats=1, keep=False)
+    assert validation.ok and validation.canaries == 3, validation.problems
+    assert graded == [task.gold_patch, ""]
+
+
+def verdicts(task_id: str, canaries: dict[str, str], **fields: Any) -> Grade:
+    """A grade of `task_id` that reports `canaries`' verdicts, with `fields` (`correct`, `infra_error`)."""
+    return Grade.ungraded(task_id).model_copy(update={"canaries": canaries, **fields})
+
+
+def test_stored_canaries_are_judged_by_the_verdicts_of_the_grades_made(tmp_path: Path) -> None:
+    """The check keeps a stored canary that failed beside the gold patch and that the base did not pass, as
+    trial grades would decide; it reads only a gold grade that passed every test and an empty grade that
+    decided, and grades with the canaries on trial otherwise (`_failing_on_gold` without `graded`)."""
+    task = load_suite(str(copied_suite(tmp_path, "schedule-005-every-weekday")))[0]
+    file, test = task.hidden_tests.fail_to_pass[0].split("::", 1)
+    kept = Canary(file=file, test=test, mutation="line 3: 1 became 2", source="x", slots=[1])
+    met = Canary(file=file, test=test, mutation="line 4: 5 became 6", source="x", slots=[2])
+    negated = Canary(
+        file=file, test=test, mutation="line 5: == became !=", source="x", negated=True, slots=[3]
+    )
+    both = {c.label: "failed" for c in (kept, met, negated)}
+    gold = verdicts(task.id, both, correct=1.0)
+    empty = verdicts(task.id, {kept.label: "failed", met.label: "passed", negated.label: "passed"})
+    still, why = validation_module._failing_on_gold(
+        task, [kept, met, negated], SandboxConfig(backend="bwrap"), (gold, empty)
+    )
+    assert (still, why) == ([kept, negated], "")  # the negated canary of a FAIL_TO_PASS test is exempt
+    unsure = verdicts(task.id, {kept.label: "unexplained"}, correct=1.0)
+    assert validation_module._failing_on_gold(task, [kept], SandboxConfig(), (unsure, empty)) == ([], "")
+    failed = verdicts(task.id, both, correct=0.5)
+    broken = verdicts(task.id, both, infra_error="sandbox timed out")
+    pick = validation_module._stored_canaries_graded
+    assert pick([gold, failed], [empty, broken]) == (gold, empty)
+    assert pick([failed, broken], [broken]) == (None, None)
