@@ -15,7 +15,9 @@ e.g. grpo_steps=8) with the arm's `credit` settings; a seed's arms start from on
 arm's, `warm_start_from`) and share the evaluation seeds, so they differ only in the GRPO steps. The warm
 start here includes the right fixes with the privileged header (`header_demos=true`; `header_demos=false`
 gives the demo's own): a model that reads the header, which the teacher and the hint rollouts need. The
-demo's hard variant is `decoys_per_fix=4` (the warm start writes the wrong fix four times as often).
+demo's hard variant is `decoys_per_fix=4` (the warm start writes the wrong fix four times as often); the
+two-edit testbed is `rollout.suite=demo-two sft_target_loss=0.05` (a dotted key reaches into a section;
+benchmarks/two_edits.py says why 0.05 and where its summaries fall).
 Arms:
 
 - grpo:  `credit.mode: outcome` (the default);
@@ -50,11 +52,13 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from demo_seeds import overrides_of, seeds_of  # benchmarks/demo_seeds.py
 from rich.console import Console
 from rich.table import Table
 
+from harness.config import set_key
 from harness.training.teacher import CreditConfig
 from harness.training.train_demo import DemoConfig, run_training_demo
 
@@ -94,12 +98,18 @@ class ArmRun:
     minutes: float
 
 
+def arm_config(seed: int, arm: str, overrides: dict[str, str], root: Path) -> DemoConfig:
+    """The demo's settings for one arm of one seed: `overrides` are the demo's keys, dotted ones reaching
+    into its sections (`rollout.suite=demo-two` runs the two-edit testbed)."""
+    settings: dict[str, Any] = {"out": str(root / f"seed{seed}-{arm}"), "seed": seed, "header_demos": True}
+    for key, value in overrides.items():
+        set_key(settings, key, value)
+    return DemoConfig.model_validate(settings).model_copy(update={"credit": ARMS[arm]})
+
+
 def run_arm(seed: int, arm: str, overrides: dict[str, str], root: Path, warm: Path | None) -> ArmRun:
     """One arm of one seed; from the warm start of the run in `warm` if given (the seed's first arm)."""
-    settings = {"out": str(root / f"seed{seed}-{arm}"), "seed": seed, "header_demos": True, **overrides}
-    config = DemoConfig.model_validate(settings).model_copy(
-        update={"credit": ARMS[arm], "warm_start_from": warm}
-    )
+    config = arm_config(seed, arm, overrides, root).model_copy(update={"warm_start_from": warm})
     started = time.monotonic()
     result = run_training_demo(config)
     lines = [json.loads(line) for line in (config.out / "grpo" / "metrics.jsonl").read_text().splitlines()]

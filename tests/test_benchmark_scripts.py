@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -89,3 +92,25 @@ def test_the_credit_comparison_keeps_each_arm_and_merges_seeds_run_apart(tmp_pat
             assert why in str(e)
         else:
             raise AssertionError(f"{files} merged")
+
+
+def test_the_credit_comparison_runs_the_two_edit_testbed_through_dotted_settings(tmp_path: Path) -> None:
+    """`rollout.suite=demo-two` reaches the demo's rollout section (the two-edit testbed, issue 39), beside
+    the demo's own keys and the arm's credit; an unknown key is refused by the demo's settings."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        from credit_compare import arm_config
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    given = {
+        "rollout.suite": "demo-two",
+        "sft_target_loss": "0.05",
+        "decoys_per_fix": "4",
+        "backend": "bwrap",
+    }
+    config = arm_config(1, "hints", given, tmp_path)
+    assert (config.rollout.suite, config.sft_target_loss, config.decoys_per_fix) == ("demo-two", 0.05, 4)
+    assert config.rollout.sandbox.backend == "bwrap" and config.rollout.group_size == 6  # the demo's default
+    assert (config.credit.hint_rollouts, config.seed, config.out) == (2, 1, tmp_path / "seed1-hints")
+    with pytest.raises(ValidationError, match="suites"):
+        arm_config(0, "grpo", {"rollout.suites": "demo-two"}, tmp_path)
