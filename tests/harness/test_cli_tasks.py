@@ -31,10 +31,17 @@ def test_tasks_list_json_and_table() -> None:
     assert all(t.id in narrow.stdout for t in load_suite("builtin")), narrow.stdout  # ids are never cut
 
 
+VALIDATE_S = 600
+"""How long one `tasks validate` of the one-task suite may take: about 50 s (three gold and three empty grades,
+the canaries' trials) beside a loaded CI, and past 60 s under more load; the limit only catches a hang."""
+
+
 def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str, tmp_path: Path) -> None:
     suite = tmp_path / "suite"
     shutil.copytree(MINI, suite)
-    proc = harness("tasks", "validate", "--suite", str(suite), "--backend", backend, "--json")
+    proc = harness(
+        "tasks", "validate", "--suite", str(suite), "--backend", backend, "--json", timeout=VALIDATE_S
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (result,) = json.loads(proc.stdout)
     assert result["ok"] and result["gold_rewards"] == [1.0, 1.0, 1.0] and result["empty_rewards"] == [0.0] * 3
@@ -44,8 +51,9 @@ def test_tasks_validate_passes_a_good_suite_and_keeps_its_canaries(backend: str,
     assert len(kept) == result["canaries"] and all(c.file == "tests/test_hidden_clamp.py" for c in kept)
     # Values are drawn at random: --check verifies the stored canaries rather than drawing new ones.
     again = harness(
-        "tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1", "--check"
-    )
+        "tasks", "validate", "--suite", str(suite), "--backend", backend, "--repeats", "1", "--check",
+        timeout=VALIDATE_S,
+    )  # fmt: skip
     assert again.returncode == 0 and f"mini-001: {result['canaries']} canaries" in again.stdout, again.stdout
 
 
@@ -60,7 +68,7 @@ def test_tasks_validate_names_a_task_whose_tests_miss_the_bug(tmp_path: Path) ->
             "fail_to_pass: [tests/test_hidden_clamp.py::test_low]",
         )
     )
-    proc = harness("tasks", "validate", "--suite", str(suite), "--backend", "bwrap")
+    proc = harness("tasks", "validate", "--suite", str(suite), "--backend", "bwrap", timeout=VALIDATE_S)
     assert proc.returncode == 1
     assert "mini-001" in proc.stdout + proc.stderr and "empty patch passes" in proc.stderr
 
