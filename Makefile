@@ -44,10 +44,14 @@ lint: setup
 
 # The tests on WORKERS pytest-xdist processes, a file whole on one (the longest first: tests/conftest.py),
 # then the `serial` ones alone; both parts run even when the first fails.
+# Each part's JUnit report goes to test-artifacts/ci/ (.ci/slowest.py reads them: where the time went).
 WORKERS ?= 2
+REPORTS := test-artifacts/ci
 test: setup image lint
-	$(BIN)/pytest -q --durations=60 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"; \
-	  parallel=$$?; $(BIN)/pytest -q --durations=5 -m serial; serial=$$?; \
+	mkdir -p $(REPORTS)
+	$(BIN)/pytest -q --durations=60 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" \
+	  --junitxml=$(REPORTS)/parallel.xml; parallel=$$?; \
+	  $(BIN)/pytest -q --durations=5 -m serial --junitxml=$(REPORTS)/serial.xml; serial=$$?; \
 	  [ $$parallel -eq 0 ] && [ $$serial -eq 0 ]
 
 # Every benchmark runs even when an earlier one misses a target; the target fails if any does.
@@ -76,7 +80,8 @@ test-newest: setup
 	test -x $(NEWEST_VENV)/bin/python || $(NEWEST) -m venv $(NEWEST_VENV)
 	$(NEWEST_VENV)/bin/pip install -q --upgrade pip
 	$(NEWEST_VENV)/bin/pip install -q $$($(NEWEST_VENV)/bin/python .ci/newest_deps.py)
-	$(NEWEST_VENV)/bin/pip install -q --no-deps -e .
+	$(NEWEST_VENV)/bin/pip install -q --no-deps -e . >$(NEWEST_VENV)/install.log 2>&1 || \
+	  { tail -40 $(NEWEST_VENV)/install.log; exit 1; }  # setuptools' pages of warnings on the suites' data folders
 	$(NEWEST_VENV)/bin/python --version
 	$(NEWEST_VENV)/bin/pytest -q -p no:cacheprovider -n $(WORKERS) --dist loadfile \
 	  -k "not the_builtin_suite_validates" $(NEWEST_TESTS)  # the whole suite's validation: `make test`'s
