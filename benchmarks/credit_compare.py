@@ -28,7 +28,10 @@ Arms:
   teacher's own GRPO groups, rewarded success x learnability; their tokens are the hints arm's).
 - critique: `credit.critique: 2` (ECHO: two critiques of each group's first failed rollout by the policy,
   each starting a refined rollout; the critic and the refined rollouts trained in the same step);
-- local: `credit.critique: 2, critique_mode: local` (each critique the teacher of the turn it names);
+- local: `credit.critique: 2, critique_mode: local` (each critique the teacher of the turn it names).
+  Both critique arms read better with `critic_demos=true` (the warm start also shows the critic's role on
+  the wrong fixes, `Turn N:` and the right edit): without it the tiny model almost never names a turn, and
+  local's rows are few or none (on seeds 1 and 2 of the hard variant it trained exactly as GRPO did);
 - turn: `credit.turn_weight: 0.5` (each turn also credited with the change in the visible tests' outcomes
   its `run_tests` calls saw). It needs `explore_demos=true`: the demo's own warm start never runs the tests,
   so there would be nothing to credit (refused without it); give it to every arm of the run, so that its

@@ -21,11 +21,13 @@ from harness.rollouts.config import RolloutConfig, nest_rollout
 from harness.rollouts.local import rollout, select
 from harness.rollouts.store import RunStore
 from harness.training.credit import Privileged, privileged_header
+from harness.training.critique import critic_prompt_ids
 from harness.training.hints import hint_task
 from harness.training.learner import Learner, LearnerConfig, Row
 from harness.training.teacher import header_ids
 from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
+from policies.scripted import gold_calls
 from tasks.model import HINT_SUFFIX, Task
 from tasks.suite import load_suite
 from tools import Toolbox
@@ -98,6 +100,12 @@ class SFTConfig(BaseModel):
     are no teacher. Empty: none."""
     header_parts: list[Privileged] = Field(default_factory=lambda: list[Privileged](["gold_patch"]))
     """What the header of `header_scripts` holds (`credit.privileged` of the training run that follows)."""
+    critic_scripts: list[str] = Field(default_factory=list)
+    """Scripts (among `scripts`) whose failed demonstrations are also shown critiqued (`critic_row`): the
+    critic's prompt (`critique.critic_prompt_ids`, as `credit.critique` asks it) and, as its reply, a
+    critique that names the turn of the first edit (`Turn N:`) and the edit the gold patch makes there.
+    A model warm-started without them has never written `Turn N:`: `credit.critique_mode: local` then finds
+    no turn to teach. Empty: none."""
     epochs: int = Field(default=10, ge=1)
     """Passes over the demonstrations at most."""
     target_loss: float | None = Field(default=None, gt=0)
@@ -117,7 +125,7 @@ class SFTConfig(BaseModel):
 
     @model_validator(mode="after")
     def _named_scripts(self) -> SFTConfig:
-        for field in ("repeats", "header_scripts"):
+        for field in ("repeats", "header_scripts", "critic_scripts"):
             unknown = sorted(set(getattr(self, field)) - set(self.scripts))
             if unknown:
                 raise ValueError(f"{field} names {unknown}, which are not among scripts {self.scripts}")
@@ -131,6 +139,33 @@ def after_header(header: Sequence[int], row: Row) -> Row:
     header is not trained on."""
     ids = [*header, *row.ids]
     return Row(ids, [0] * len(header) + row.mask, [0.0] * len(ids), 0.0)
+
+
+def demo_critique(task: Task, trajectory: Trajectory) -> str | None:
+    """What the critic of a wrong-fix demonstration (`scripted:decoy`) is shown to write: the turn of its
+    first edit, numbered as the critic reads turns (`critique.turn_lines`), and the edit the gold patch
+    makes at that place instead. None when the demonstration made no edit or the gold patch makes none."""
+    turns = [turn for segment in trajectory.segments for turn in segment.turns]
+    edits = [n for n, turn in enumerate(turns, start=1) if turn.tool_call and turn.tool_call.name == "edit"]
+    right = [call.arguments["new_str"] for call in gold_calls(task, explore=False) if call.name == "edit"]
+    if not edits or not right:
+        return None
+    return (
+        f"Turn {edits[0]}: this edit replaces the code with `pass`, which does not fix the bug."
+        f" Write this there instead:\n{right[0]}"
+    )
+
+
+def critic_row(task: Task, trajectory: Trajectory, fmt: ChatFormat) -> Row | None:
+    """A critic demonstration: the critic's prompt of `trajectory` (mask 0) and `demo_critique` with the stop
+    id after it (mask 1), as `critique.sample_critiques` samples one; None where there is no critique."""
+    critique = demo_critique(task, trajectory)
+    if critique is None:
+        return None
+    prompt = critic_prompt_ids(fmt, task, trajectory)
+    reply = [*fmt.encode(critique), fmt.stop_ids[0]]
+    ids = [*prompt, *reply]
+    return Row(ids, [0] * len(prompt) + [1] * len(reply), [0.0] * len(ids), 0.0)
 
 
 Progress = Callable[[str, int, int], None]
@@ -158,8 +193,9 @@ def demonstrations(
 def demonstration_rows(
     config: SFTConfig, tasks: list[Task], tokenizer: Any, fmt: ChatFormat, on_demo: Progress | None = None
 ) -> list[Row]:
-    """Every row of the warm start: each script's demonstrations (`repeats` times), and those of
-    `header_scripts` with the privileged header before the conversation and in the statement."""
+    """Every row of the warm start: each script's demonstrations (`repeats` times), the failed ones of
+    `critic_scripts` critiqued (`critic_row`), and those of `header_scripts` with the privileged header
+    before the conversation and in the statement."""
     by_id = {t.id: t for t in tasks}
 
     def tools_for(task_id: str) -> list[dict[str, Any]]:
@@ -171,6 +207,9 @@ def demonstration_rows(
             config, script, tasks, config.rollout.out / "demonstrations" / Path(script).name, on_demo
         )
         rows += sft_rows(own, tools_for, fmt, config.solved_only) * config.repeats.get(script, 1)
+        if script in config.critic_scripts:
+            failed = [t for t in own if t.grade is not None and t.grade.correct < 1.0]
+            rows += [row for t in failed if (row := critic_row(by_id[t.task_id], t, fmt)) is not None]
         if script not in config.header_scripts:
             continue
         for t in own:

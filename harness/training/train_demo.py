@@ -98,6 +98,11 @@ class DemoConfig(BaseModel):
     (scripts `gold` and `decoy-explore` in place of `gold-min` and `decoy`), so that the model learns to call
     `run_tests`: turn-level credit (`credit.turn_weight`) reads the outcomes of those calls and has nothing
     to read without them. benchmarks/credit_compare.py's turn arm needs it."""
+    critic_demos: bool = False
+    """Also warm-start the critic's role on the wrong fixes (`SFTConfig.critic_scripts`): each one's critic
+    prompt with a critique naming its edit's turn and the right edit. Without them the tiny model never
+    writes `Turn N:`, and `credit.critique_mode: local` has no turn to teach.
+    benchmarks/credit_compare.py's critique arms need it."""
     warm_start_from: Path | None = None
     """The folder of an earlier demo run of the same seed and warm-start settings: GRPO starts from its
     warm-started model (OUT/sft/model) instead of one trained again, which gives the same weights on the
@@ -213,6 +218,7 @@ def warm_start(
             model=base, scripts=[fix, decoy], solved_only=False,
             epochs=config.sft_epochs, target_loss=config.sft_target_loss, repeats={decoy: config.decoys_per_fix},
             header_scripts=[fix] if config.header_demos else [], header_parts=config.credit.privileged,
+            critic_scripts=[decoy] if config.critic_demos else [],
             rows_per_step=4, learner=LearnerConfig(lr=config.sft_lr),
             rollout=RolloutConfig(
                 suite=config.rollout.suite, out=config.out / "sft", seed=config.seed, sandbox=sandbox,

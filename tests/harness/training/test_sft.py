@@ -11,8 +11,9 @@ from envs.sandbox import SandboxConfig
 from harness.rollouts.config import RolloutConfig
 from harness.rollouts.store import RunStore
 from harness.training.credit import HEADER_TITLE, privileged_header
+from harness.training.critique import CRITIC_ASK, named_turn
 from harness.training.learner import LearnerConfig, Row
-from harness.training.sft import SFTConfig, demonstration_rows, run_sft, segment_row
+from harness.training.sft import SFTConfig, demo_critique, demonstration_rows, run_sft, segment_row
 from harness.training.teacher import header_ids, teacher_logprobs
 from policies.chat_format import ChatFormat, assistant_text
 from policies.hf import HFPolicy
@@ -113,13 +114,49 @@ def test_header_demonstrations_sit_where_the_teacher_and_a_hint_rollout_read_the
     assert gap(right[0]) > 0.5 and gap(wrong[0]) < -0.5, (gap(right[0]), gap(wrong[0]))
 
 
+def test_critic_demonstrations_name_the_wrong_edit_s_turn_and_train_only_the_critique(
+    tiny_model_path: Path, tmp_path: Path
+) -> None:
+    """`critic_scripts`: each failed wrong-fix demonstration gives one more row, the critic's prompt of it
+    (mask 0) and a critique (mask 1) whose `Turn N:` is the turn of its edit, as `named_turn` reads it,
+    and which holds the gold patch's edit; the solved right fixes give none."""
+    require_backend("bwrap")
+    config = SFTConfig(
+        model=tiny_model_path, scripts=["gold", "decoy-explore"], solved_only=False,
+        critic_scripts=["decoy-explore"],
+        rollout=RolloutConfig(
+            suite="demo", tasks=["demo-add", "demo-area"], out=tmp_path / "sft",
+            sandbox=SandboxConfig(backend="bwrap"),
+            summary=SummaryConfig(trigger_tokens=64, max_summary_tokens=32),
+        ),
+    )  # fmt: skip
+    policy = HFPolicy(tiny_model_path)
+    fmt = ChatFormat(policy.tokenizer, policy.stop_ids())
+    tasks = [t for t in load_suite("demo") if t.id in ("demo-add", "demo-area")]
+    rows = demonstration_rows(config, tasks, policy.tokenizer, fmt)
+    critics = [r for r in rows if CRITIC_ASK in policy.tokenizer.decode(r.ids)]
+    wrong = list(RunStore(config.rollout.out / "demonstrations" / "decoy-explore").trajectories())
+    assert len(critics) == len(wrong) == 2 and all(t.grade and t.grade.correct == 0.0 for t in wrong)
+    for t, row in zip(sorted(wrong, key=lambda t: t.task_id), critics, strict=True):
+        (task,) = [k for k in tasks if k.id == t.task_id]
+        turns = [turn for segment in t.segments for turn in segment.turns]
+        written = policy.tokenizer.decode([i for i, m in zip(row.ids, row.mask, strict=True) if m])
+        assert written == f"{demo_critique(task, t)}<|im_end|>"
+        n = named_turn(written, len(turns))
+        assert n is not None and turns[n].tool_call is not None and turns[n].tool_call.name == "edit"
+        assert turns[n].tool_call.arguments["new_str"].strip() == "pass"
+        assert next(line[1:] for line in task.gold_patch.splitlines() if line.startswith("+ ")) in written
+        assert row.mask.index(1) == len(row.ids) - sum(row.mask)  # the prompt untrained, the critique trained
+
+
 def test_repeats_and_header_scripts_name_scripts_of_the_run(tmp_path: Path) -> None:
     for scripts, bad in (
         (["decoy"], {"repeats": {"gold": 2}}),
         (["gold"], {"header_scripts": ["decoy"]}),
+        (["gold"], {"critic_scripts": ["decoy"]}),
         (["decoy"], {"repeats": {"decoy": 0}}),
     ):
-        with pytest.raises(ValueError, match=r"repeats|header_scripts"):
+        with pytest.raises(ValueError, match=r"repeats|header_scripts|critic_scripts"):
             SFTConfig.model_validate({"model": tmp_path, "scripts": scripts, **bad})
 
 
