@@ -83,7 +83,7 @@ def builtin_sample(backend: str) -> list[str] | None:
 
 TIMEOUT_SCALE = 3
 """Every test's timeout (pytest-timeout: its own, or the 300 s default) is this many times what it says.
-The figures are sized on a test run alone on 2 idle cores; `make test` runs two at once, and CI must also
+The figures are sized on a test run alone on 2 idle cores; `make test` runs four at once, and CI must also
 pass while other work keeps both cores busy, which made tests 3-4 times slower here. A timeout only
 catches a hang, and a hang is caught as surely at three times the figure."""
 
