@@ -129,6 +129,10 @@ class SFTConfig(BaseModel):
             unknown = sorted(set(getattr(self, field)) - set(self.scripts))
             if unknown:
                 raise ValueError(f"{field} names {unknown}, which are not among scripts {self.scripts}")
+        if any(not script.startswith("decoy") for script in self.critic_scripts):
+            raise ValueError(
+                f"critic_scripts must be decoy scripts (a critique of a wrong fix), got {self.critic_scripts}"
+            )
         if any(n < 1 for n in self.repeats.values()):
             raise ValueError(f"repeats must be at least 1, got {self.repeats}")
         return self

@@ -154,6 +154,7 @@ def test_repeats_and_header_scripts_name_scripts_of_the_run(tmp_path: Path) -> N
         (["decoy"], {"repeats": {"gold": 2}}),
         (["gold"], {"header_scripts": ["decoy"]}),
         (["gold"], {"critic_scripts": ["decoy"]}),
+        (["gold", "decoy"], {"critic_scripts": ["gold"]}),
         (["decoy"], {"repeats": {"decoy": 0}}),
     ):
         with pytest.raises(ValueError, match=r"repeats|header_scripts|critic_scripts"):
