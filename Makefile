@@ -45,8 +45,8 @@ lint: setup
 # The tests on WORKERS pytest-xdist processes, a file whole on one (the longest first: tests/conftest.py),
 # then the `serial` ones alone; both parts run even when the first fails.
 # Each part's JUnit report goes to test-artifacts/ci/ (.ci/slowest.py reads them: where the time went).
-# Four workers on 2 cores: a test waits on sandboxes, JVMs and subprocesses much of its time; the whole
-# parallel part took 2,813 s on 4 against 3,227 s on 2, one after the other on one host (docs/benchmarks.md).
+# Four workers on 2 cores: the parallel part took 2,813 s on 4 against 3,227 s on 2, one after the other on
+# one host (docs/benchmarks.md).
 WORKERS ?= 4
 REPORTS := test-artifacts/ci
 test: setup image lint
