@@ -50,7 +50,6 @@ lint: setup
 WORKERS ?= 4
 REPORTS := test-artifacts/ci
 test: setup image lint
-	mkdir -p $(REPORTS)
 	$(BIN)/pytest -q --durations=60 -n $(WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial" \
 	  --junitxml=$(REPORTS)/parallel.xml; parallel=$$?; \
 	  $(BIN)/pytest -q --durations=5 -m serial --junitxml=$(REPORTS)/serial.xml; serial=$$?; \

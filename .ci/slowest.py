@@ -22,10 +22,8 @@ def cases(report: Path) -> list[tuple[str, str, float]]:
     root = ET.parse(report).getroot()
     found = []
     for case in root.iter("testcase"):
-        module = case.get("classname", "").split("::")[0]
-        path = module.replace(".", "/")
         # classname is `tests.envs.test_x` or `tests.envs.test_x.TestClass`
-        file = path if path.endswith(".py") else _file_of(path)
+        file = _file_of(case.get("classname", "").replace(".", "/"))
         found.append((file, case.get("name", "?"), float(case.get("time", "0") or 0)))
     return found
 
